@@ -1,0 +1,300 @@
+"""α-entmax: sparse, adaptive alternatives to softmax (Peters et al., 2019; Correia et al., 2019).
+
+α-entmax maps scores ``z`` to the probability vector that solves
+
+    entmax_α(z) = argmax_{p ∈ simplex}  pᵀz + H_α(p),
+
+where ``H_α`` is the Tsallis α-entropy. α = 1 is softmax, α = 2 is sparsemax and every α > 1 gives
+exact zeros to low-scoring entries. With β = α − 1 the solution is the β-deformed exponential
+
+    p_i = [1 + β (z_i − c)]_+ ^ (1/β),        (p_i = exp(z_i − c) at β = 0)
+
+with one normaliser ``c`` per row chosen so that Σ p = 1. Writing it in terms of ``c`` (rather than
+the threshold τ = β c − 1 of the papers) keeps it accurate as α → 1 and makes α = 1 the plain limit.
+
+This file is copied to the Hub next to the model, so it needs nothing but torch.
+"""
+
+import torch
+
+
+# Newton from the left converges monotonically; this bound is a safety net, not a budget.
+_MAX_NEWTON_STEPS = 50
+# Scores below ``row max − 1e30`` can never be in the support, and clamping them keeps every
+# product finite (an α-entmax with β ≥ 1e-30 gives them zero, softmax gives exp(−1e30) = 0).
+_FLOOR = -1e30
+# Below |β (z − c)| = 0.1 the α-gradient uses its series; above it the closed form is accurate.
+_SERIES_THRESHOLD = 0.1
+_SERIES_TERMS = 10
+
+
+def _normalize_dim(dim: int, ndim: int) -> int:
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"`dim` must be in [{-ndim}, {ndim - 1}] for a {ndim}-d tensor, got {dim}")
+    return dim % ndim
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _shift_and_mask(scores: torch.Tensor, dim: int, floor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores in float32 (float64 stays float64) with each row's maximum moved to 0.
+
+    Entries equal to −inf or to the lowest finite value of ``scores.dtype`` (the additive mask
+    value of Hugging Face models) are masked: they come back as ``floor`` and get probability 0.
+
+    Returns:
+        ``(shifted, empty_rows)``: ``shifted`` has the shape of ``scores`` with values in
+        [floor, 0]; ``empty_rows`` (size 1 along ``dim``) marks rows whose entries are all masked.
+    """
+    masked = scores <= torch.finfo(scores.dtype).min
+    z = scores.to(_compute_dtype(scores.dtype)).masked_fill(masked, float("-inf"))
+    row_max = z.amax(dim=dim, keepdim=True)
+    empty_rows = row_max == float("-inf")
+    z = z - row_max.masked_fill(empty_rows, 0.0)
+    return z.clamp_min(floor), empty_rows
+
+
+def _support_weights(probs: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """``g = p^(2 − α)`` on the support and 0 outside it: the diagonal of entmax's Jacobian."""
+    positive = probs > 0
+    return torch.where(positive, probs * torch.exp(-beta * torch.log(torch.where(positive, probs, 1.0))), 0.0)
+
+
+def _scores_backward(grad_probs: torch.Tensor, weights: torch.Tensor, dim: int) -> torch.Tensor:
+    """Vector–Jacobian product of every α-entmax w.r.t. its scores.
+
+    The Jacobian is ``diag(g) − g gᵀ / Σ g`` with ``g = p^(2 − α)`` on the support, so the gradient
+    is ``g ⊙ dp − g · (Σ g ⊙ dp) / Σ g`` (softmax: g = p; sparsemax: g = 1 on the support).
+    """
+    weights_sum = weights.sum(dim=dim, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+    weighted = weights * grad_probs
+    return weighted - weights * (weighted.sum(dim=dim, keepdim=True) / weights_sum)
+
+
+def _deformed_exp(shifted: torch.Tensor, beta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``p = [1 + β w]_+^(1/β)`` (``exp(w)`` at β = 0) and ``g = p^(1 − β)``, the Newton slope."""
+    base_minus_one = (beta * shifted).clamp_min(-1.0)  # β w, where w = z − c ≤ 0
+    safe_beta = torch.where(beta == 0, 1.0, beta)
+    log_probs = torch.where(beta == 0, shifted, torch.log1p(base_minus_one) / safe_beta)
+    probs = torch.exp(log_probs)
+    base = 1.0 + base_minus_one
+    slope = torch.where(probs > 0, probs / torch.where(base > 0, base, 1.0), 0.0)
+    return probs, slope
+
+
+def _deformed_log(mass: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """``log_β(s) = (s^β − 1) / β`` (``log s`` at β = 0), computed without cancellation."""
+    log_mass = torch.log(mass)
+    safe_beta = torch.where(beta == 0, 1.0, beta)
+    return torch.where(beta == 0, log_mass, torch.expm1(beta * log_mass) / safe_beta)
+
+
+def _entmax_newton(shifted: torch.Tensor, beta: torch.Tensor, empty_rows: torch.Tensor, dim: int) -> torch.Tensor:
+    """Solve for each row's normaliser ``c`` by Newton's method and return the probabilities.
+
+    Newton runs on ``h(c) = log_β(Σ_i p_i(c))``. ``Σ_i p_i(c)^β`` is the ℓ_{1/β}-norm of
+    ``[1 + β (z − c)]_+``, so ``h`` is convex and decreasing in ``c``: started from the left
+    (c = 0, where the largest entry alone has mass 1) Newton never overshoots. The step is exact
+    for softmax (one step gives log-sum-exp) and whenever the support entries are tied, so rows
+    converge in a few steps; converged rows stop moving and the loop ends when all have.
+    """
+    tolerance = 16 * torch.finfo(shifted.dtype).eps
+    normaliser = torch.zeros_like(shifted.sum(dim=dim, keepdim=True))
+    for _ in range(_MAX_NEWTON_STEPS):
+        probs, slope = _deformed_exp(shifted - normaliser, beta)
+        mass = probs.sum(dim=dim, keepdim=True)
+        active = ((mass - 1).abs() > tolerance) & ~empty_rows
+        if not bool(active.any()):
+            break
+        # h / |h'| with h' = −s^(β − 1) Σ g.
+        step = _deformed_log(mass, beta) * torch.exp((1 - beta) * torch.log(mass)) / slope.sum(dim=dim, keepdim=True)
+        normaliser = torch.where(active, normaliser + step, normaliser)
+    # The remaining error in the mass is below the tolerance; dividing it out makes Σ p = 1 exact.
+    return probs / mass.clamp_min(torch.finfo(mass.dtype).tiny)
+
+
+def _alpha_sensitivity(log_probs: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """``∂ log p_i / ∂β`` at a fixed normaliser, on the support.
+
+    With ``w = z − c`` and ``u = β w``: ``log p = log1p(u) / β`` and the derivative is
+    ``(w / (1 + u) − log p) / β``. That difference cancels as ``u → 0``, where the series
+    ``w² Σ_{k≥1} (−1)^k k / (k + 1) u^(k−1)`` (−w²/2 at α = 1) is used instead.
+    """
+    base_minus_one = torch.expm1(beta * log_probs)  # u = β w, recovered from p without cancellation
+    safe_beta = torch.where(beta == 0, 1.0, beta)
+    shifted = torch.where(beta == 0, log_probs, base_minus_one / safe_beta)  # w
+    closed_form = (shifted / (1.0 + base_minus_one) - log_probs) / safe_beta
+    series = torch.zeros_like(base_minus_one)
+    for k in range(_SERIES_TERMS, 0, -1):  # Horner
+        series = series * base_minus_one + (-1) ** k * k / (k + 1)
+    series = shifted * shifted * series
+    return torch.where(base_minus_one.abs() < _SERIES_THRESHOLD, series, closed_form)
+
+
+class EntmaxFunction(torch.autograd.Function):
+    """α-entmax with a (broadcastable) tensor α; gradients w.r.t. scores and α in closed form."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, alpha: torch.Tensor, dim: int) -> torch.Tensor:
+        shifted, empty_rows = _shift_and_mask(scores, dim, _FLOOR)
+        beta = alpha.to(shifted.dtype) - 1
+        probs = _entmax_newton(shifted, beta, empty_rows, dim)
+        ctx.dim = dim
+        ctx.save_for_backward(probs, alpha)
+        return probs.to(scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        probs, alpha = ctx.saved_tensors
+        dim = ctx.dim
+        beta = alpha.to(probs.dtype) - 1
+        grad_probs = grad_output.to(probs.dtype)
+        weights = _support_weights(probs, beta)
+
+        grad_scores = None
+        if ctx.needs_input_grad[0]:
+            grad_scores = _scores_backward(grad_probs, weights, dim).to(grad_output.dtype)
+
+        grad_alpha = None
+        if ctx.needs_input_grad[1]:
+            # dp/dβ = p ⊙ D − g · (Σ p ⊙ D) / Σ g, with D = ∂ log p / ∂β at a fixed normaliser
+            # (the second term is the normaliser's response, which keeps Σ p = 1).
+            on_support = probs > 0
+            log_probs = torch.log(torch.where(on_support, probs, 1.0))
+            probs_sensitivity = torch.where(on_support, probs * _alpha_sensitivity(log_probs, beta), 0.0)
+            weights_sum = weights.sum(dim=dim, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+            grad_beta = (grad_probs * probs_sensitivity).sum(dim=dim, keepdim=True) - (
+                (grad_probs * weights).sum(dim=dim, keepdim=True)
+                * probs_sensitivity.sum(dim=dim, keepdim=True)
+                / weights_sum
+            )
+            grad_alpha = grad_beta.sum_to_size(alpha.shape).to(alpha.dtype)
+        return grad_scores, grad_alpha, None
+
+
+class SparsemaxFunction(torch.autograd.Function):
+    """Sparsemax (α = 2) by sorting: exact Euclidean projection onto the simplex."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, dim: int) -> torch.Tensor:
+        # Entries more than 1 below the maximum are never in the support.
+        shifted, empty_rows = _shift_and_mask(scores, dim, floor=-2.0)
+        sorted_scores = shifted.sort(dim=dim, descending=True).values
+        cumulative = sorted_scores.cumsum(dim=dim)
+        ranks = _ranks_along(shifted, dim)
+        support_size = (1 + ranks * sorted_scores > cumulative).sum(dim=dim, keepdim=True)
+        threshold = (cumulative.gather(dim, support_size - 1) - 1) / support_size
+        probs = (shifted - threshold).clamp_min(0).masked_fill(empty_rows, 0.0)
+        ctx.dim = dim
+        ctx.save_for_backward(probs)
+        return probs.to(scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        (probs,) = ctx.saved_tensors
+        weights = (probs > 0).to(probs.dtype)
+        grad_scores = _scores_backward(grad_output.to(probs.dtype), weights, ctx.dim)
+        return grad_scores.to(grad_output.dtype), None
+
+
+class Entmax15Function(torch.autograd.Function):
+    """1.5-entmax by sorting: exact, ``p = [z/2 − τ]_+²``."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, dim: int) -> torch.Tensor:
+        # z/2 − τ ≤ 0 for z ≤ −2 because τ ≥ −1: lower entries are never in the support.
+        shifted, empty_rows = _shift_and_mask(scores, dim, floor=-3.0)
+        halves = shifted / 2
+        sorted_halves = halves.sort(dim=dim, descending=True).values
+        ranks = _ranks_along(shifted, dim)
+        # For a support of the k largest entries, τ solves Σ_{j≤k} (x_j − τ)² = 1.
+        mean = sorted_halves.cumsum(dim=dim) / ranks
+        mean_of_squares = (sorted_halves * sorted_halves).cumsum(dim=dim) / ranks
+        squared_deviation = ranks * (mean_of_squares - mean * mean)
+        candidates = mean - torch.sqrt(((1 - squared_deviation) / ranks).clamp_min(0))
+        support_size = (candidates <= sorted_halves).sum(dim=dim, keepdim=True)
+        threshold = candidates.gather(dim, support_size - 1)
+        probs = (halves - threshold).clamp_min(0).square().masked_fill(empty_rows, 0.0)
+        ctx.dim = dim
+        ctx.save_for_backward(probs)
+        return probs.to(scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        (probs,) = ctx.saved_tensors
+        grad_scores = _scores_backward(grad_output.to(probs.dtype), probs.sqrt(), ctx.dim)
+        return grad_scores.to(grad_output.dtype), None
+
+
+def _ranks_along(like: torch.Tensor, dim: int) -> torch.Tensor:
+    """1, 2, …, n laid along ``dim`` so that it broadcasts against ``like``."""
+    shape = [1] * like.dim()
+    shape[dim] = like.shape[dim]
+    return torch.arange(1, like.shape[dim] + 1, dtype=like.dtype, device=like.device).view(shape)
+
+
+def _softmax(scores: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax in float32 with the same masking rules as entmax (all-masked rows give zeros)."""
+    shifted, empty_rows = _shift_and_mask(scores, dim, _FLOOR)
+    return torch.softmax(shifted, dim=dim).masked_fill(empty_rows, 0.0).to(scores.dtype)
+
+
+def _check_alpha(alpha: torch.Tensor | float, scores: torch.Tensor, dim: int) -> None:
+    if isinstance(alpha, torch.Tensor):
+        if alpha.dim() > scores.dim() or (alpha.dim() == scores.dim() and alpha.shape[dim] != 1):
+            raise ValueError(
+                f"`alpha` of shape {tuple(alpha.shape)} must broadcast to the scores {tuple(scores.shape)} "
+                f"with size 1 along `dim`={dim} (e.g. (1, heads, 1, 1) for one α per head)"
+            )
+        if torch.compiler.is_compiling():
+            return
+        low, high = float(alpha.detach().min()), float(alpha.detach().max())
+    else:
+        low = high = float(alpha)
+    if not 1.0 <= low <= high <= 2.0:
+        raise ValueError(f"`alpha` must be in [1, 2], got values in [{low}, {high}]")
+
+
+def entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int = -1) -> torch.Tensor:
+    """α-entmax of ``scores`` along ``dim`` for α ∈ [1, 2].
+
+    Solves ``argmax_{p ∈ simplex} pᵀz + H_α(p)`` (Tsallis entropy ``H_α``): α = 1 is softmax,
+    α = 1.5 the paper's 1.5-entmax, α = 2 sparsemax; for α > 1 low scores get exact zeros.
+
+    Args:
+        scores: Tensor of any shape, e.g. attention scores ``(batch, heads, queries, keys)``.
+            Entries equal to −inf or to ``torch.finfo(scores.dtype).min`` are masked and get
+            probability 0; a row with every entry masked gives all zeros. bfloat16/float16 scores
+            are computed in float32 and returned in their own dtype.
+        alpha: A float, or a tensor that broadcasts to ``scores`` and has size 1 along ``dim``
+            (e.g. ``(1, heads, 1, 1)`` for one α per head). Gradients flow to a tensor α.
+        dim: The dimension that sums to one.
+
+    Returns:
+        The probabilities, same shape and dtype as ``scores``.
+    """
+    dim = _normalize_dim(dim, scores.dim())
+    _check_alpha(alpha, scores, dim)
+    if not isinstance(alpha, torch.Tensor):
+        if alpha == 1.0:
+            return _softmax(scores, dim)
+        alpha = torch.tensor(alpha, dtype=_compute_dtype(scores.dtype), device=scores.device)
+    return EntmaxFunction.apply(scores, alpha, dim)
+
+
+def sparsemax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Sparsemax (α = 2 entmax): the Euclidean projection of ``scores`` onto the simplex.
+
+    Exact (sort-based). Masking, dtypes and shapes as in :func:`entmax`.
+    """
+    return SparsemaxFunction.apply(scores, _normalize_dim(dim, scores.dim()))
+
+
+def entmax15(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """1.5-entmax of ``scores`` along ``dim``, exact (sort-based). As :func:`entmax` with α = 1.5."""
+    return Entmax15Function.apply(scores, _normalize_dim(dim, scores.dim()))
+
+
+__all__ = ["entmax", "entmax15", "sparsemax"]

@@ -1,0 +1,370 @@
+"""AdaptiveEntmaxMarian: Marian with α-entmax attention and a learnable α per head.
+
+Adaptively Sparse Transformers (Correia, Niculae & Martins, 2019) replace softmax attention with
+α-entmax and learn α per head, so each head settles between dense (α → 1) and sparse (α = 2).
+
+The model is Marian's encoder–decoder, module for module: the same parameter names (a Marian
+checkpoint loads into it) and Marian's own forward passes. Two things differ:
+
+- every attention module holds ``alpha_logits`` (one per head), or a fixed α from the config;
+- attention is dispatched to ``entmax_attention_forward``, registered with transformers'
+  ``AttentionInterface`` under ``ATTENTION_IMPLEMENTATION``, which reads that α.
+
+The classes below re-declare Marian's constructors so that every attention module is built as an
+``AdaptiveEntmaxMarianAttention`` from the start; their forward passes are Marian's.
+
+This file is copied to the Hub next to the model, so it needs nothing but torch and transformers.
+"""
+
+import math
+import os
+import shutil
+import sys
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.models.marian.modeling_marian import (
+    MarianAttention,
+    MarianDecoder,
+    MarianDecoderLayer,
+    MarianEncoder,
+    MarianEncoderLayer,
+    MarianModel,
+    MarianMTModel,
+    MarianPreTrainedModel,
+    MarianSinusoidalPositionalEmbedding,
+)
+from transformers.utils.output_capturing import OutputRecorder
+
+from .configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
+from .entmax import entmax
+from .pipeline_translation import TranslationPipeline
+
+
+ATTENTION_IMPLEMENTATION = "adaptive_entmax"
+
+
+def alpha_to_logit(alpha: float) -> float:
+    """The ``alpha_logit`` whose ``1 + sigmoid(alpha_logit)`` is ``alpha`` (kept finite at α = 1 and 2)."""
+    excess = min(max(alpha - 1.0, 1e-6), 1.0 - 1e-6)
+    return math.log(excess / (1.0 - excess))
+
+
+def entmax_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention with α-entmax in place of softmax, one α per head.
+
+    Args:
+        module: The attention module; its ``alpha()`` gives α per head (a tensor or a float).
+        query: ``(batch, heads, query_len, head_dim)``.
+        key, value: ``(batch, heads, key_len, head_dim)``.
+        attention_mask: Additive float mask broadcastable to ``(batch, heads, query_len, key_len)``:
+            0 keeps a position, the dtype's lowest value masks it. ``None`` masks nothing.
+        scaling: Factor applied to the query, ``head_dim ** -0.5`` by default.
+        dropout: Dropout probability on the attention probabilities.
+
+    Returns:
+        ``(output, probabilities)``: ``output`` is ``(batch, query_len, heads, head_dim)`` and
+        contiguous; ``probabilities`` is ``(batch, heads, query_len, key_len)`` with exact zeros.
+    """
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    # Scores in float32 even for half-precision models: entmax's threshold needs the precision.
+    scores = torch.matmul(query.float() * scaling, key.float().transpose(2, 3))  # (B, H, Lq, Lk)
+    if attention_mask is not None:
+        # Mask before the mapping, and as −inf whatever the mask's dtype, so masked keys get exact zeros.
+        masked = attention_mask <= torch.finfo(attention_mask.dtype).min
+        scores = (scores + attention_mask.float()).masked_fill(masked, float("-inf"))
+
+    alpha = module.alpha()
+    if isinstance(alpha, torch.Tensor):
+        alpha = alpha.view(1, -1, 1, 1)  # (1, H, 1, 1): one α per head
+    probabilities = entmax(scores, alpha, dim=-1).to(value.dtype)
+    dropped = nn.functional.dropout(probabilities, p=dropout, training=module.training)
+
+    output = torch.matmul(dropped, value)  # (B, H, Lq, D)
+    return output.transpose(1, 2).contiguous(), probabilities  # (B, Lq, H, D)
+
+
+def register_attention() -> None:
+    """Make ``ATTENTION_IMPLEMENTATION`` known to transformers (safe to call again).
+
+    The mask interface matters as much as the attention one: without an entry there, Marian's
+    layers silently receive ``attention_mask=None`` (no padding mask, no causal mask).
+    """
+    AttentionInterface.register(ATTENTION_IMPLEMENTATION, entmax_attention_forward)
+    AttentionMaskInterface.register(ATTENTION_IMPLEMENTATION, eager_mask)
+
+
+register_attention()
+
+
+class AdaptiveEntmaxMarianAttention(MarianAttention):
+    """Marian's multi-head attention with one α per head (learned logits, or fixed from the config).
+
+    Projections, key/value caching and dispatch are Marian's; the α-entmax itself lives in
+    ``entmax_attention_forward``, which calls ``alpha()``.
+    """
+
+    def __init__(
+        self,
+        config: AdaptiveEntmaxMarianConfig,
+        attention_type: str,
+        num_heads: int,
+        is_decoder: bool = False,
+        is_causal: bool = False,
+        layer_idx: int | None = None,
+    ):
+        super().__init__(
+            embed_dim=config.d_model,
+            num_heads=num_heads,
+            dropout=config.attention_dropout,
+            is_decoder=is_decoder,
+            is_causal=is_causal,
+            config=config,
+            layer_idx=layer_idx,
+        )
+        self.attention_type = attention_type
+        self.alpha_settings = config.alpha_settings(attention_type)
+        if self.alpha_settings.learn:
+            self.alpha_logits = nn.Parameter(torch.zeros(num_heads))
+        else:
+            self.register_parameter("alpha_logits", None)
+
+    def alpha(self) -> torch.Tensor | float:
+        """α per head: a ``(num_heads,)`` tensor for a learned α, the configured float for a fixed one."""
+        if self.alpha_logits is None:
+            return float(self.alpha_settings.init)
+        alpha = 1.0 + torch.sigmoid(self.alpha_logits)
+        return alpha.clamp(self.alpha_settings.minimum, self.alpha_settings.maximum)
+
+
+class AdaptiveEntmaxMarianEncoderLayer(MarianEncoderLayer):
+    """Marian's encoder layer with α-entmax self-attention."""
+
+    def __init__(self, config: AdaptiveEntmaxMarianConfig, layer_idx: int | None = None):
+        GradientCheckpointingLayer.__init__(self)
+        self.embed_dim = config.d_model
+        self.self_attn = AdaptiveEntmaxMarianAttention(
+            config, "encoder_self", config.encoder_attention_heads, layer_idx=layer_idx
+        )
+        self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
+        self.dropout = config.dropout
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+        self.fc1 = nn.Linear(self.embed_dim, config.encoder_ffn_dim)
+        self.fc2 = nn.Linear(config.encoder_ffn_dim, self.embed_dim)
+        self.final_layer_norm = nn.LayerNorm(self.embed_dim)
+
+
+class AdaptiveEntmaxMarianDecoderLayer(MarianDecoderLayer):
+    """Marian's decoder layer with α-entmax self-attention and cross-attention."""
+
+    def __init__(self, config: AdaptiveEntmaxMarianConfig, layer_idx: int | None = None):
+        GradientCheckpointingLayer.__init__(self)
+        self.embed_dim = config.d_model
+        self.self_attn = AdaptiveEntmaxMarianAttention(
+            config,
+            "decoder_self",
+            config.decoder_attention_heads,
+            is_decoder=True,
+            is_causal=True,
+            layer_idx=layer_idx,
+        )
+        self.dropout = config.dropout
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+        self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
+        self.encoder_attn = AdaptiveEntmaxMarianAttention(
+            config, "cross", config.decoder_attention_heads, is_decoder=True, layer_idx=layer_idx
+        )
+        self.encoder_attn_layer_norm = nn.LayerNorm(self.embed_dim)
+        self.fc1 = nn.Linear(self.embed_dim, config.decoder_ffn_dim)
+        self.fc2 = nn.Linear(config.decoder_ffn_dim, self.embed_dim)
+        self.final_layer_norm = nn.LayerNorm(self.embed_dim)
+
+
+class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
+    config: AdaptiveEntmaxMarianConfig
+    config_class = AdaptiveEntmaxMarianConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["AdaptiveEntmaxMarianEncoderLayer", "AdaptiveEntmaxMarianDecoderLayer"]
+    # Attention always goes through α-entmax; the fused kernels of other implementations are softmax.
+    _supports_sdpa = False
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _can_compile_fullgraph = False  # the entmax threshold search ends when every row has converged
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, AdaptiveEntmaxMarianAttention) and module.alpha_logits is not None:
+            if module.alpha_settings.init == "random":
+                # The paper's initialisation: standard normal logits, so α = 1 + sigmoid has mean 1.5.
+                init.normal_(module.alpha_logits, mean=0.0, std=1.0)
+            else:
+                init.constant_(module.alpha_logits, alpha_to_logit(module.alpha_settings.init))
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
+        # α-entmax is the model: whatever a caller asks for, attention goes through it.
+        return ATTENTION_IMPLEMENTATION
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """Save as any model does, plus what lets anyone load the folder without hf_entmax.
+
+        The folder gets this file and its flat companions (config, entmax, translation pipeline),
+        an ``auto_map`` for ``AutoConfig``, ``AutoModel`` and ``AutoModelForSeq2SeqLM``, and a
+        ``custom_pipelines`` entry that makes ``pipeline("translation", model=folder,
+        trust_remote_code=True)`` work. Arguments are those of ``PreTrainedModel.save_pretrained``.
+        """
+        os.makedirs(save_directory, exist_ok=True)
+        for source in _REMOTE_CODE:
+            shutil.copy(sys.modules[source.__module__].__file__, save_directory)
+        self.config.auto_map = {
+            "AutoConfig": _class_reference(AdaptiveEntmaxMarianConfig),
+            "AutoModel": _class_reference(AdaptiveEntmaxMarianModel),
+            "AutoModelForSeq2SeqLM": _class_reference(AdaptiveEntmaxMarianMTModel),
+        }
+        self.config.custom_pipelines = {
+            "translation": {
+                "impl": _class_reference(TranslationPipeline),
+                "pt": ["AutoModelForSeq2SeqLM"],
+                "type": "text",
+            }
+        }
+        super().save_pretrained(save_directory, *args, **kwargs)
+
+    def get_alphas(self) -> dict[str, torch.Tensor]:
+        """Current α of every head.
+
+        Returns:
+            ``{"encoder_self": (encoder_layers, heads), "decoder_self": (decoder_layers, heads),
+            "cross": (decoder_layers, heads)}``, detached float32 tensors on the CPU.
+        """
+        by_type: dict[str, list[torch.Tensor]] = {"encoder_self": [], "decoder_self": [], "cross": []}
+        for module in self.modules():
+            if isinstance(module, AdaptiveEntmaxMarianAttention):
+                alpha = module.alpha()
+                if not isinstance(alpha, torch.Tensor):
+                    alpha = torch.full((module.num_heads,), alpha)
+                by_type[module.attention_type].append(alpha.detach().float().cpu())
+        return {kind: torch.stack(alphas) for kind, alphas in by_type.items() if alphas}
+
+
+class AdaptiveEntmaxMarianEncoder(AdaptiveEntmaxMarianPreTrainedModel, MarianEncoder):
+    """Marian's encoder built from α-entmax layers."""
+
+    _can_record_outputs = {
+        "hidden_states": AdaptiveEntmaxMarianEncoderLayer,
+        "attentions": AdaptiveEntmaxMarianAttention,
+    }
+
+    def __init__(self, config: AdaptiveEntmaxMarianConfig):
+        MarianPreTrainedModel.__init__(self, config)
+        self.dropout = config.dropout
+        self.layerdrop = config.encoder_layerdrop
+        self.padding_idx = config.pad_token_id
+        self.max_source_positions = config.max_position_embeddings
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, self.padding_idx)
+        self.embed_positions = MarianSinusoidalPositionalEmbedding(
+            config.max_position_embeddings, config.d_model, self.padding_idx
+        )
+        self.layers = nn.ModuleList(
+            [AdaptiveEntmaxMarianEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
+        )
+        self.gradient_checkpointing = False
+        self.post_init()
+
+
+class AdaptiveEntmaxMarianDecoder(AdaptiveEntmaxMarianPreTrainedModel, MarianDecoder):
+    """Marian's decoder built from α-entmax layers."""
+
+    _can_record_outputs = {
+        "hidden_states": AdaptiveEntmaxMarianDecoderLayer,
+        "attentions": OutputRecorder(AdaptiveEntmaxMarianAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(AdaptiveEntmaxMarianAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: AdaptiveEntmaxMarianConfig):
+        MarianPreTrainedModel.__init__(self, config)
+        self.dropout = config.dropout
+        self.layerdrop = config.decoder_layerdrop
+        self.padding_idx = config.pad_token_id
+        self.max_target_positions = config.max_position_embeddings
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, self.padding_idx)
+        self.embed_positions = MarianSinusoidalPositionalEmbedding(
+            config.max_position_embeddings, config.d_model, self.padding_idx
+        )
+        self.layers = nn.ModuleList(
+            [AdaptiveEntmaxMarianDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        )
+        self.gradient_checkpointing = False
+        self.post_init()
+
+
+class AdaptiveEntmaxMarianModel(AdaptiveEntmaxMarianPreTrainedModel, MarianModel):
+    """The bare AdaptiveEntmaxMarian encoder–decoder, outputting the decoder's hidden states."""
+
+    def __init__(self, config: AdaptiveEntmaxMarianConfig):
+        MarianPreTrainedModel.__init__(self, config)
+        if config.share_encoder_decoder_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            self._tied_weights_keys = {
+                "decoder.embed_tokens.weight": "shared.weight",
+                "encoder.embed_tokens.weight": "shared.weight",
+            }
+        else:
+            self._tied_weights_keys = None
+        self.encoder = AdaptiveEntmaxMarianEncoder(config)
+        self.decoder = AdaptiveEntmaxMarianDecoder(config)
+        self.post_init()
+
+
+class AdaptiveEntmaxMarianMTModel(AdaptiveEntmaxMarianPreTrainedModel, MarianMTModel):
+    """AdaptiveEntmaxMarian with a language-modelling head, for translation (like `MarianMTModel`)."""
+
+    def __init__(self, config: AdaptiveEntmaxMarianConfig):
+        MarianPreTrainedModel.__init__(self, config)
+        self.model = AdaptiveEntmaxMarianModel(config)
+        if config.share_encoder_decoder_embeddings:
+            self._tied_weights_keys = {
+                "lm_head.weight": "model.shared.weight",
+                "model.decoder.embed_tokens.weight": "model.shared.weight",
+                "model.encoder.embed_tokens.weight": "model.shared.weight",
+            }
+        target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
+        self.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
+        self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+        self.post_init()
+
+
+def _class_reference(cls: type) -> str:
+    """``"module.Class"`` as config.json's ``auto_map`` names a class in a flat remote-code folder."""
+    return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
+
+
+# One object from each flat file that a saved folder needs (copied, with relative imports intact).
+_REMOTE_CODE = (AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel, entmax, TranslationPipeline)
+
+
+__all__ = [
+    "AdaptiveEntmaxMarianAttention",
+    "AdaptiveEntmaxMarianModel",
+    "AdaptiveEntmaxMarianMTModel",
+    "AdaptiveEntmaxMarianPreTrainedModel",
+    "entmax_attention_forward",
+]

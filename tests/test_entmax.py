@@ -1,0 +1,424 @@
+"""Tests for the α-entmax functions, checked against the paper authors' ``entmax`` package."""
+
+import entmax as entmax_ref
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+from hf_entmax.modeling.entmax import (
+    Entmax15Function,
+    EntmaxFunction,
+    SparsemaxFunction,
+    entmax,
+    entmax15,
+    sparsemax,
+)
+
+
+GRADCHECK_ALPHAS = [1.0, 1.01, 1.25, 1.5, 1.75, 2.0]
+ORACLE_ALPHAS = [1.01, 1.25, 1.5, 1.75, 2.0]  # the oracle's bisection is not softmax at α = 1
+ROW_LENGTHS = [1, 2, 7, 64, 300]
+LEARNED_ALPHA = 1.3
+# Every transform a user can call: fixed α through the general path, a learned (tensor) α, the sort-based ones.
+KINDS = ["alpha=1", "alpha=1.5", "alpha=2", "learned", "sparsemax", "entmax15"]
+SPARSE_KINDS = ["alpha=1.5", "alpha=2", "learned", "sparsemax", "entmax15"]
+HALF_DTYPES = [torch.bfloat16, torch.float16]
+NEG_INF = float("-inf")
+
+
+def randn(*shape: int, seed: int = 0, scale: float = 1.0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return (scale * torch.randn(*shape, generator=generator, dtype=torch.float64)).to(dtype)
+
+
+def random_mask(*shape: int, seed: int = 0, fraction: float = 0.3) -> torch.Tensor:
+    """Random mask that never covers the first entry of a row, so no row is fully masked."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(*shape, generator=generator) < fraction
+    mask[..., 0] = False
+    return mask
+
+
+def learned_alpha(dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.tensor(LEARNED_ALPHA, dtype=dtype, requires_grad=True)
+
+
+def apply(kind: str, scores: torch.Tensor, dim: int = -1, alpha: torch.Tensor | None = None) -> torch.Tensor:
+    """Applies the transform ``kind``; ``alpha`` is the tensor used for ``kind == "learned"``."""
+    if kind == "sparsemax":
+        return sparsemax(scores, dim=dim)
+    if kind == "entmax15":
+        return entmax15(scores, dim=dim)
+    if kind == "learned":
+        return entmax(scores, learned_alpha() if alpha is None else alpha, dim=dim)
+    return entmax(scores, float(kind.removeprefix("alpha=")), dim=dim)
+
+
+def per_head_alpha(values: list[float], dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype).view(1, -1, 1, 1).requires_grad_()
+
+
+def masked(scores: torch.Tensor, mask: torch.Tensor, value: float) -> torch.Tensor:
+    return scores.masked_fill(mask, value)
+
+
+def mask_value(name: str, dtype: torch.dtype) -> float:
+    return NEG_INF if name == "-inf" else torch.finfo(dtype).min
+
+
+# --- gradients: finite differences ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alpha", GRADCHECK_ALPHAS)
+def test_entmax_function_gradcheck_scores_and_per_head_alpha(alpha):
+    scores = randn(2, 3, 2, 5, seed=1, scale=2.0, dtype=torch.float64).requires_grad_()
+    alphas = per_head_alpha([alpha] * 3)
+    assert gradcheck(lambda z, a: EntmaxFunction.apply(z, a, -1), (scores, alphas))
+
+
+def test_entmax_function_gradcheck_distinct_per_head_alphas():
+    scores = randn(2, 4, 2, 6, seed=2, scale=2.0, dtype=torch.float64).requires_grad_()
+    alphas = per_head_alpha([1.0, 1.2, 1.6, 2.0])
+    assert gradcheck(lambda z, a: EntmaxFunction.apply(z, a, -1), (scores, alphas))
+
+
+@pytest.mark.parametrize("function", [SparsemaxFunction, Entmax15Function], ids=["sparsemax", "entmax15"])
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_sort_based_function_gradcheck(function, dim):
+    scores = randn(2, 3, 2, 7, seed=3, scale=2.0, dtype=torch.float64).requires_grad_()
+    assert gradcheck(lambda z: function.apply(z, dim % scores.dim()), (scores,))
+
+
+@pytest.mark.parametrize("mask_name", ["-inf", "finfo.min"])
+@pytest.mark.parametrize("kind", ["alpha=1", "alpha=1.5", "alpha=2", "sparsemax", "entmax15"])
+def test_gradcheck_with_masked_entries_and_fully_masked_row(kind, mask_name):
+    scores = randn(2, 2, 3, 6, seed=4, scale=2.0, dtype=torch.float64).requires_grad_()
+    mask = random_mask(2, 2, 3, 6, seed=5)
+    mask[1, 0, 2] = True  # one fully masked row
+    value = mask_value(mask_name, torch.float64)
+    if kind in ("sparsemax", "entmax15"):
+        function = SparsemaxFunction if kind == "sparsemax" else Entmax15Function
+        assert gradcheck(lambda z: function.apply(masked(z, mask, value), 3), (scores,))
+    else:
+        alphas = per_head_alpha([float(kind.removeprefix("alpha="))] * 2)
+        assert gradcheck(lambda z, a: EntmaxFunction.apply(masked(z, mask, value), a, 3), (scores, alphas))
+
+
+# --- basic properties ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_outputs_are_probabilities(kind):
+    probs = apply(kind, randn(4, 3, 64, seed=6, scale=3.0))
+    assert (probs >= 0).all()
+    torch.testing.assert_close(probs.sum(-1), torch.ones(4, 3), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", SPARSE_KINDS)
+def test_alpha_above_one_gives_exact_zeros(kind):
+    probs = apply(kind, randn(4, 3, 64, seed=7, scale=3.0))
+    zeros_per_row = (probs == 0).sum(-1)
+    assert (zeros_per_row > 0).all()
+    assert ((probs > 0).sum(-1) > 0).all()
+
+
+def test_alpha_one_has_full_support():
+    assert (entmax(randn(4, 64, seed=8, scale=3.0), 1.0) > 0).all()
+
+
+# --- agreement with the oracle and with softmax --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", ROW_LENGTHS)
+@pytest.mark.parametrize("alpha", ORACLE_ALPHAS)
+def test_entmax_matches_bisect_oracle(alpha, length):
+    scores = randn(6, length, seed=9, scale=2.0)
+    expected = entmax_ref.entmax_bisect(scores.double(), alpha, dim=-1, n_iter=200)
+    torch.testing.assert_close(entmax(scores, alpha).double(), expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("length", ROW_LENGTHS)
+@pytest.mark.parametrize(
+    ("ours", "oracle"), [(sparsemax, entmax_ref.sparsemax), (entmax15, entmax_ref.entmax15)], ids=["sparsemax", "entmax15"]
+)
+def test_sort_based_matches_oracle(ours, oracle, length):
+    scores = randn(6, length, seed=10, scale=2.0)
+    torch.testing.assert_close(ours(scores).double(), oracle(scores.double(), dim=-1), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("length", ROW_LENGTHS)
+@pytest.mark.parametrize("alpha_kind", ["float", "tensor"])
+def test_alpha_one_is_softmax(alpha_kind, length):
+    scores = randn(6, length, seed=11, scale=3.0)
+    alpha = 1.0 if alpha_kind == "float" else torch.ones(6, 1)
+    torch.testing.assert_close(entmax(scores, alpha), torch.softmax(scores, dim=-1), rtol=0, atol=1e-6)
+
+
+def test_per_head_alpha_matches_oracle_and_softmax():
+    """A (1, H, 1, 1) α gives each head its own entmax; the α = 1 head is softmax."""
+    scores = randn(2, 4, 3, 16, seed=12, scale=2.0)
+    alphas = torch.tensor([1.0, 1.3, 1.6, 2.0]).view(1, 4, 1, 1)
+    probs = entmax(scores, alphas)
+    torch.testing.assert_close(probs[:, 0], torch.softmax(scores[:, 0], dim=-1), rtol=0, atol=1e-6)
+    expected = entmax_ref.entmax_bisect(scores[:, 1:].double(), alphas[:, 1:].double().expand(2, 3, 3, 1), n_iter=200)
+    torch.testing.assert_close(probs[:, 1:].double(), expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kind", ["alpha=1.25", "alpha=1.5", "sparsemax", "entmax15"], ids=["bisect1.25", "bisect1.5", "sparsemax", "entmax15"]
+)
+def test_masked_scores_match_oracle(kind):
+    """−inf entries against the oracle; its sort-based functions fail on a fully masked row, so that one is left out."""
+    scores = masked(randn(5, 12, seed=13, scale=2.0), random_mask(5, 12, seed=14), NEG_INF)
+    scores[2] = NEG_INF
+    defined = torch.tensor([True, True, False, True, True])
+    if kind == "sparsemax":
+        probs, expected = sparsemax(scores), entmax_ref.sparsemax(scores[defined].double())
+    elif kind == "entmax15":
+        probs, expected = entmax15(scores), entmax_ref.entmax15(scores[defined].double())
+    else:
+        alpha = float(kind.removeprefix("alpha="))
+        probs = entmax(scores, alpha)
+        expected = entmax_ref.entmax_bisect(scores[defined].double(), alpha, n_iter=200)
+    torch.testing.assert_close(probs[defined].double(), expected, rtol=0, atol=1e-5)
+    assert (probs[2] == 0).all()
+
+
+@pytest.mark.parametrize("alpha", ORACLE_ALPHAS)
+def test_gradients_match_oracle(alpha):
+    """float64 gradients w.r.t. the scores and a per-head α agree with the oracle's closed forms."""
+    scores = randn(2, 3, 4, 9, seed=15, scale=2.0, dtype=torch.float64).requires_grad_()
+    upstream = randn(2, 3, 4, 9, seed=16, dtype=torch.float64)
+    alphas = per_head_alpha([alpha] * 3)
+    (entmax(scores, alphas) * upstream).sum().backward()
+
+    ref_scores = scores.detach().clone().requires_grad_()
+    ref_alphas = alphas.detach().clone().requires_grad_()
+    expected = entmax_ref.entmax_bisect(ref_scores, ref_alphas.expand(2, 3, 4, 1), n_iter=200)
+    (expected * upstream).sum().backward()
+
+    torch.testing.assert_close(scores.grad, ref_scores.grad, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(alphas.grad, ref_alphas.grad, rtol=1e-6, atol=1e-9)
+
+
+def test_alpha_gradient_at_one_matches_central_differences():
+    """At α = 1 (where the oracle is undefined) the α-gradient is the limit; check it by central differences."""
+    scores = randn(2, 3, 4, 9, seed=17, scale=2.0, dtype=torch.float64)
+    upstream = randn(2, 3, 4, 9, seed=18, dtype=torch.float64)
+    alphas = per_head_alpha([1.0] * 3)
+    (EntmaxFunction.apply(scores, alphas, -1) * upstream).sum().backward()
+
+    step = 1e-5
+    numerical = torch.zeros(3, dtype=torch.float64)
+    for head in range(3):
+        losses = []
+        for sign in (1, -1):
+            shifted = alphas.detach().clone()
+            shifted[0, head] += sign * step
+            losses.append((EntmaxFunction.apply(scores, shifted, -1) * upstream).sum())
+        numerical[head] = (losses[0] - losses[1]) / (2 * step)
+    torch.testing.assert_close(alphas.grad.flatten(), numerical, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 64])
+@pytest.mark.parametrize(("kind", "alpha"), [("sparsemax", 2.0), ("entmax15", 1.5)])
+def test_sort_based_equals_general_entmax(kind, alpha, length):
+    scores = randn(6, length, seed=19, scale=2.0).requires_grad_()
+    upstream = randn(6, length, seed=20)
+    probs = apply(kind, scores)
+    (grad,) = torch.autograd.grad((probs * upstream).sum(), scores)
+    general = entmax(scores, alpha)
+    (general_grad,) = torch.autograd.grad((general * upstream).sum(), scores)
+    torch.testing.assert_close(probs, general, rtol=0, atol=1e-5)
+    torch.testing.assert_close(grad, general_grad, rtol=0, atol=1e-5)
+
+
+# --- masking -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mask_name", ["-inf", "finfo.min"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_mask_is_truncation(kind, mask_name):
+    scores = randn(4, 10, seed=21, scale=3.0)
+    mask = random_mask(4, 10, seed=22, fraction=0.4)
+    probs = apply(kind, masked(scores, mask, mask_value(mask_name, scores.dtype)))
+    assert (probs[mask] == 0).all()
+    for row in range(4):
+        truncated = apply(kind, scores[row][~mask[row]])
+        torch.testing.assert_close(probs[row][~mask[row]], truncated, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("mask_style", ["-inf", "finfo.min", "additive finfo.min"])
+def test_attention_padding_mask_is_truncation_with_gradients(mask_style):
+    """Key padding in (B, H, Lq, Lk) attention with per-head α: outputs and all gradients equal the unpadded batch."""
+    lengths = [7, 4]
+    scores = randn(2, 3, 5, 7, seed=23, scale=3.0).requires_grad_()
+    upstream = randn(2, 3, 5, 7, seed=24)
+    alphas = per_head_alpha([1.0, 1.5, 2.0], dtype=torch.float32)
+    padding = torch.arange(7) >= torch.tensor(lengths).view(2, 1, 1, 1)
+    if mask_style == "additive finfo.min":
+        inputs = scores + torch.zeros(2, 1, 1, 7).masked_fill(padding, torch.finfo(torch.float32).min)
+    else:
+        inputs = masked(scores, padding, mask_value(mask_style, torch.float32))
+    probs = entmax(inputs, alphas)
+    grad_scores, grad_alpha = torch.autograd.grad((probs * upstream).sum(), (scores, alphas))
+
+    assert (probs.masked_select(padding) == 0).all()
+    assert (grad_scores.masked_select(padding) == 0).all()
+    expected_grad_alpha = torch.zeros_like(alphas)
+    for batch, length in enumerate(lengths):
+        truncated_scores = scores[batch : batch + 1, ..., :length].detach().requires_grad_()
+        truncated = entmax(truncated_scores, alphas)
+        grads = torch.autograd.grad((truncated * upstream[batch : batch + 1, ..., :length]).sum(), (truncated_scores, alphas))
+        torch.testing.assert_close(probs[batch : batch + 1, ..., :length], truncated, rtol=0, atol=1e-6)
+        torch.testing.assert_close(grad_scores[batch : batch + 1, ..., :length], grads[0], rtol=0, atol=1e-6)
+        expected_grad_alpha += grads[1]
+    torch.testing.assert_close(grad_alpha, expected_grad_alpha, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mask_name", ["-inf", "finfo.min"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_fully_masked_row_gives_zeros_and_zero_gradients(kind, mask_name):
+    scores = randn(3, 6, seed=25, scale=2.0)
+    scores[1] = mask_value(mask_name, scores.dtype)
+    scores.requires_grad_()
+    alpha = learned_alpha()
+    probs = apply(kind, scores, alpha=alpha)
+    grad_scores, *grad_alpha = torch.autograd.grad(
+        (probs * randn(3, 6, seed=26)).sum(), (scores, alpha) if kind == "learned" else (scores,)
+    )
+
+    assert (probs[1] == 0).all()
+    assert (grad_scores[1] == 0).all()
+    assert torch.isfinite(probs).all() and torch.isfinite(grad_scores).all()
+    assert all(torch.isfinite(g).all() for g in grad_alpha)
+    torch.testing.assert_close(probs[[0, 2]], apply(kind, scores.detach()[[0, 2]]), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_all_rows_masked_gives_zeros_and_zero_gradients(kind):
+    scores = torch.full((2, 5), NEG_INF, requires_grad=True)
+    alpha = learned_alpha()
+    probs = apply(kind, scores, alpha=alpha)
+    grads = torch.autograd.grad(probs.sum(), (scores, alpha) if kind == "learned" else (scores,))
+    assert (probs == 0).all()
+    assert all((g == 0).all() for g in grads)
+
+
+# --- dtypes --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+def test_half_precision_matches_float32_and_keeps_dtype(dtype, kind):
+    scores = randn(4, 33, seed=27, scale=3.0, dtype=dtype).requires_grad_()
+    upstream = randn(4, 33, seed=28, dtype=dtype)
+    alpha = learned_alpha()
+    probs = apply(kind, scores, alpha=alpha)
+    probs.backward(upstream)
+
+    upcast = scores.detach().float().requires_grad_()
+    reference_alpha = learned_alpha()
+    reference = apply(kind, upcast, alpha=reference_alpha)
+    reference.backward(upstream.float())
+
+    assert probs.dtype == dtype and scores.grad.dtype == dtype
+    torch.testing.assert_close(probs, reference.to(dtype))
+    torch.testing.assert_close(scores.grad, upcast.grad.to(dtype))
+    if kind == "learned":
+        assert alpha.grad.dtype == torch.float32
+        torch.testing.assert_close(alpha.grad, reference_alpha.grad)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+def test_half_precision_finfo_min_is_masked(dtype, kind):
+    scores = randn(4, 10, seed=29, scale=3.0, dtype=dtype)
+    mask = random_mask(4, 10, seed=30, fraction=0.4)
+    probs = apply(kind, masked(scores, mask, torch.finfo(dtype).min))
+    assert (probs[mask] == 0).all()
+    expected = apply(kind, masked(scores.float(), mask, NEG_INF)).to(dtype)
+    torch.testing.assert_close(probs, expected)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_float64_is_computed_and_returned_in_float64(kind):
+    scores = randn(3, 9, seed=31, scale=2.0, dtype=torch.float64)
+    probs = apply(kind, scores, alpha=learned_alpha(torch.float64))
+    assert probs.dtype == torch.float64
+    torch.testing.assert_close(probs.sum(-1), torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+# --- extreme scores ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "alpha=1.01", "alpha=1 tensor"])
+def test_huge_scores_are_finite_and_pick_the_maximum(kind):
+    scores = randn(4, 8, seed=32, scale=1e4).requires_grad_()
+    alpha = torch.tensor(1.0, requires_grad=True) if kind == "alpha=1 tensor" else learned_alpha()
+    probs = apply("learned" if kind == "alpha=1 tensor" else kind, scores, alpha=alpha)
+    grads = torch.autograd.grad((probs * randn(4, 8, seed=33)).sum(), (scores, alpha), allow_unused=True)
+
+    assert torch.isfinite(probs).all()
+    assert all(g is None or torch.isfinite(g).all() for g in grads)
+    one_hot = torch.nn.functional.one_hot(scores.argmax(-1), 8).float()
+    torch.testing.assert_close(probs, one_hot, rtol=0, atol=1e-6)
+
+
+# --- dim handling --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, -2, -3])
+@pytest.mark.parametrize("kind", [*KINDS, "per-row alpha"])
+def test_any_dim_equals_moving_it_last(kind, dim):
+    scores = randn(3, 4, 5, seed=34, scale=2.0).requires_grad_()
+    upstream = randn(3, 4, 5, seed=35)
+    alpha_shape = list(scores.shape)
+    alpha_shape[dim] = 1
+    alpha = (1 + torch.rand(alpha_shape, generator=torch.Generator().manual_seed(36))).requires_grad_()
+    if kind == "per-row alpha":
+        probs = entmax(scores, alpha, dim=dim)
+        moved = entmax(scores.movedim(dim, -1), alpha.movedim(dim, -1), dim=-1).movedim(-1, dim)
+    else:
+        probs = apply(kind, scores, dim=dim)
+        moved = apply(kind, scores.movedim(dim, -1), dim=-1).movedim(-1, dim)
+    torch.testing.assert_close(probs, moved, rtol=0, atol=1e-6)
+    (grad,) = torch.autograd.grad((probs * upstream).sum(), scores)
+    (moved_grad,) = torch.autograd.grad((moved * upstream).sum(), scores)
+    torch.testing.assert_close(grad, moved_grad, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dim", [3, -4, 10])
+@pytest.mark.parametrize("kind", KINDS)
+def test_out_of_range_dim_raises_index_error(kind, dim):
+    with pytest.raises(IndexError, match="dim"):
+        apply(kind, randn(2, 3, 4), dim=dim)
+
+
+# --- α validation --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "alpha",
+    [
+        0.5,
+        0.999,
+        2.5,
+        2.0 + 1e-6,
+        float("nan"),
+        torch.tensor([1.5, 2.5, 1.0]).view(1, 3, 1, 1),
+        torch.tensor([0.9, 1.5, 1.0]).view(1, 3, 1, 1),
+        torch.full((1, 1, 1, 6), 1.5),  # size 6 ≠ 1 along dim
+        torch.full((1, 2, 3, 4, 1), 1.5),  # more dims than the scores
+    ],
+    ids=["0.5", "0.999", "2.5", "2+1e-6", "nan", "tensor>2", "tensor<1", "size!=1 along dim", "too many dims"],
+)
+def test_invalid_alpha_raises_value_error(alpha):
+    with pytest.raises(ValueError, match="alpha"):
+        entmax(randn(2, 3, 4, 6), alpha)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.0, torch.tensor([1.0, 2.0, 1.5]).view(1, 3, 1, 1), torch.tensor(1.7)])
+def test_boundary_and_broadcastable_alphas_are_accepted(alpha):
+    probs = entmax(randn(2, 3, 4, 6, seed=37), alpha)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2, 3, 4), rtol=0, atol=1e-5)
