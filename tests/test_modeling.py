@@ -71,7 +71,9 @@ def test_every_attention_module_holds_one_alpha_logit_per_head():
 
 
 def test_get_alphas_shapes_bounds_and_random_init_mean():
-    alphas = tiny_model(encoder_layers=2, decoder_layers=1, encoder_attention_heads=8, decoder_attention_heads=4).get_alphas()
+    alphas = tiny_model(
+        encoder_layers=2, decoder_layers=1, encoder_attention_heads=8, decoder_attention_heads=4
+    ).get_alphas()
     assert set(alphas) == ALPHA_KEYS
     assert alphas["encoder_self"].shape == (2, 8)
     assert alphas["decoder_self"].shape == (1, 4)
@@ -79,7 +81,9 @@ def test_get_alphas_shapes_bounds_and_random_init_mean():
     every_alpha = torch.cat([alpha.flatten() for alpha in alphas.values()])
     assert every_alpha.min() >= 1.01 and every_alpha.max() <= 2.0
     # Random logits ~ N(0, 1): α has mean 1.5; distinct heads get distinct values.
-    many = torch.cat([a.flatten() for a in tiny_model(encoder_attention_heads=16, encoder_layers=2).get_alphas().values()])
+    many = torch.cat(
+        [a.flatten() for a in tiny_model(encoder_attention_heads=16, encoder_layers=2).get_alphas().values()]
+    )
     assert abs(many.mean().item() - 1.5) < 0.1
     assert many.unique().numel() == many.numel()
 
@@ -109,7 +113,9 @@ def test_alpha_is_recomputed_from_logits_every_forward(batch):
             module.alpha_logits.fill_(3.0)
     after = model(**batch).logits
     assert not torch.allclose(before, after)
-    assert torch.allclose(model.get_alphas()["cross"], torch.full((2, 4), 1.0 + torch.sigmoid(torch.tensor(3.0)).item()))
+    assert torch.allclose(
+        model.get_alphas()["cross"], torch.full((2, 4), 1.0 + torch.sigmoid(torch.tensor(3.0)).item())
+    )
 
 
 def test_learned_alpha_is_clamped_to_configured_bounds():
@@ -222,7 +228,12 @@ def test_beam_search_returns_the_best_of_its_beams(batch):
     model = tiny_model(init_std=0.5)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     out = model.generate(
-        **inputs, max_new_tokens=8, num_beams=4, num_return_sequences=4, output_scores=True, return_dict_in_generate=True
+        **inputs,
+        max_new_tokens=8,
+        num_beams=4,
+        num_return_sequences=4,
+        output_scores=True,
+        return_dict_in_generate=True,
     )
     assert out.sequences.shape[0] == 8
     scores = out.sequences_scores.view(2, 4)

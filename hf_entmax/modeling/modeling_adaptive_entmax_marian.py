@@ -363,8 +363,8 @@ _REMOTE_CODE = (AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel, entmax,
 
 __all__ = [
     "AdaptiveEntmaxMarianAttention",
-    "AdaptiveEntmaxMarianModel",
     "AdaptiveEntmaxMarianMTModel",
+    "AdaptiveEntmaxMarianModel",
     "AdaptiveEntmaxMarianPreTrainedModel",
     "entmax_attention_forward",
 ]

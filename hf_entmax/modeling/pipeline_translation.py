@@ -80,7 +80,9 @@ class TranslationPipeline(Pipeline):
         return [
             {
                 "translation_text": self.tokenizer.decode(
-                    ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+                    ids,
+                    skip_special_tokens=skip_special_tokens,
+                    clean_up_tokenization_spaces=clean_up_tokenization_spaces,
                 )
             }
             for ids in model_outputs["output_ids"][0]
