@@ -139,7 +139,9 @@ def test_entmax_matches_bisect_oracle(alpha, length):
 
 @pytest.mark.parametrize("length", ROW_LENGTHS)
 @pytest.mark.parametrize(
-    ("ours", "oracle"), [(sparsemax, entmax_ref.sparsemax), (entmax15, entmax_ref.entmax15)], ids=["sparsemax", "entmax15"]
+    ("ours", "oracle"),
+    [(sparsemax, entmax_ref.sparsemax), (entmax15, entmax_ref.entmax15)],
+    ids=["sparsemax", "entmax15"],
 )
 def test_sort_based_matches_oracle(ours, oracle, length):
     scores = randn(6, length, seed=10, scale=2.0)
@@ -165,10 +167,12 @@ def test_per_head_alpha_matches_oracle_and_softmax():
 
 
 @pytest.mark.parametrize(
-    "kind", ["alpha=1.25", "alpha=1.5", "sparsemax", "entmax15"], ids=["bisect1.25", "bisect1.5", "sparsemax", "entmax15"]
+    "kind",
+    ["alpha=1.25", "alpha=1.5", "sparsemax", "entmax15"],
+    ids=["bisect1.25", "bisect1.5", "sparsemax", "entmax15"],
 )
 def test_masked_scores_match_oracle(kind):
-    """−inf entries against the oracle; its sort-based functions fail on a fully masked row, so that one is left out."""
+    """−inf entries vs the oracle; its sort-based functions fail on a fully masked row, so that row is left out."""
     scores = masked(randn(5, 12, seed=13, scale=2.0), random_mask(5, 12, seed=14), NEG_INF)
     scores[2] = NEG_INF
     defined = torch.tensor([True, True, False, True, True])
@@ -269,7 +273,9 @@ def test_attention_padding_mask_is_truncation_with_gradients(mask_style):
     for batch, length in enumerate(lengths):
         truncated_scores = scores[batch : batch + 1, ..., :length].detach().requires_grad_()
         truncated = entmax(truncated_scores, alphas)
-        grads = torch.autograd.grad((truncated * upstream[batch : batch + 1, ..., :length]).sum(), (truncated_scores, alphas))
+        grads = torch.autograd.grad(
+            (truncated * upstream[batch : batch + 1, ..., :length]).sum(), (truncated_scores, alphas)
+        )
         torch.testing.assert_close(probs[batch : batch + 1, ..., :length], truncated, rtol=0, atol=1e-6)
         torch.testing.assert_close(grad_scores[batch : batch + 1, ..., :length], grads[0], rtol=0, atol=1e-6)
         expected_grad_alpha += grads[1]
