@@ -45,7 +45,8 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=["8,8,64,64", "4,8,256,256", "1,8,1024,1024"])
     arguments = parser.parse_args()
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    machine = platform.processor() or platform.machine()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {machine}")
     print()
     print("| shape (B, H, Lq, Lk) | mapping | ms | × softmax |")
     print("| --- | --- | ---: | ---: |")

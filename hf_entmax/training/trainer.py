@@ -1,0 +1,64 @@
+"""Seq2SeqTrainer for AdaptiveEntmaxMarian: α logits in their own optimiser group, α in every training log."""
+
+import torch
+from torch import nn
+from transformers import Seq2SeqTrainer
+
+
+def is_alpha_parameter(name: str) -> bool:
+    return name.endswith("alpha_logits")
+
+
+def alpha_logs(model: nn.Module) -> dict[str, float]:
+    """α of every head as flat log entries: ``alpha/<type>/layer_<l>/head_<h>`` and ``alpha/<type>/mean``."""
+    get_alphas = getattr(model, "get_alphas", None)
+    if get_alphas is None:
+        return {}
+    logs = {}
+    for kind, alphas in get_alphas().items():
+        logs[f"alpha/{kind}/mean"] = round(alphas.mean().item(), 5)
+        for layer, row in enumerate(alphas.tolist()):
+            for head, alpha in enumerate(row):
+                logs[f"alpha/{kind}/layer_{layer}/head_{head}"] = round(alpha, 5)
+    return logs
+
+
+class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` with two additions for learnable α.
+
+    - The α logits get their own optimiser group: no weight decay (it would pull every α towards 1.5)
+      and, if ``alpha_learning_rate`` is given, their own learning rate (same schedule shape).
+    - Every training log carries α per head (``alpha/<type>/layer_<l>/head_<h>``), so the trainer's
+      ``log_history`` and any reporter (TensorBoard, W&B, …) record the α trajectories.
+    """
+
+    def __init__(self, *args, alpha_learning_rate: float | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.alpha_learning_rate = alpha_learning_rate
+
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
+        if self.optimizer is not None:
+            return self.optimizer
+        optimizer = super().create_optimizer(model)
+        alpha_parameters = [
+            parameter
+            for name, parameter in (model or self.model).named_parameters()
+            if is_alpha_parameter(name) and parameter.requires_grad
+        ]
+        if alpha_parameters:
+            alpha_ids = {id(parameter) for parameter in alpha_parameters}
+            for group in optimizer.param_groups:
+                group["params"] = [parameter for parameter in group["params"] if id(parameter) not in alpha_ids]
+            optimizer.add_param_group(
+                {
+                    "params": alpha_parameters,
+                    "weight_decay": 0.0,
+                    "lr": self.alpha_learning_rate or self.args.learning_rate,
+                }
+            )
+        return optimizer
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if "loss" in logs:
+            logs = {**logs, **alpha_logs(self.model)}
+        super().log(logs, *args, **kwargs)
