@@ -1,38 +1,39 @@
 """The `hf-entmax` command: a dispatcher that only wires subcommands."""
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 
-from . import demo
+from .commands import demo, train
 from .errors import HfEntmaxError
 
 
-SUBCOMMANDS = (demo,)
+SUBCOMMANDS = {"train": train, "demo": demo}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hf-entmax", description="Adaptively sparse (α-entmax) translation models for Hugging Face."
-    )
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    for subcommand in SUBCOMMANDS:
-        subcommand.add_parser(subparsers)
-    return parser
+def usage() -> str:
+    lines = ["usage: hf-entmax <command> [arguments]  (hf-entmax <command> --help for its arguments)", "", "commands:"]
+    lines += [f"  {name:<8} {module.HELP}" for name, module in SUBCOMMANDS.items()]
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand. Known errors print one line (set HF_ENTMAX_DEBUG=1 for the traceback)."""
-    arguments = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, arguments = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"hf-entmax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
     try:
-        arguments.run(arguments)
+        return SUBCOMMANDS[name].main(arguments)
     except HfEntmaxError as error:
         if os.environ.get("HF_ENTMAX_DEBUG"):
             raise
-        print(f"hf-entmax {arguments.command}: error: {error}", file=sys.stderr)
+        print(f"hf-entmax {name}: error: {error}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -207,6 +207,9 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     _can_compile_fullgraph = False  # the entmax threshold search ends when every row has converged
+    # Marian's loss is a mean over the batch's tokens and ignores `num_items_in_batch`: tell Trainer, so that
+    # it scales the loss for gradient accumulation itself (and does not rescale it under DDP).
+    accepts_loss_kwargs = False
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)

@@ -7,6 +7,15 @@ import sacrebleu
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
 
+def sacrebleu_signatures() -> dict[str, str]:
+    """The sacreBLEU signatures of :func:`corpus_scores` (default settings, 13a tokenization, one reference)."""
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    # sacreBLEU writes the number of references into the signature once it has scored something.
+    bleu.corpus_score(["a"], [["a"]])
+    chrf.corpus_score(["a"], [["a"]])
+    return {"bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature())}
+
+
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
     """sacreBLEU BLEU and chrF of detokenized hypotheses against one reference each.
 

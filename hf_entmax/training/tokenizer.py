@@ -1,8 +1,10 @@
-"""A joint source–target subword tokenizer trained from text, saved in the transformers format."""
+"""A joint source–target SentencePiece tokenizer trained from text, saved in the transformers format."""
 
+import io
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+import sentencepiece
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 
@@ -12,32 +14,43 @@ PAD_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "</s>", "<unk>"
 def train_joint_tokenizer(
     texts: Iterable[str], vocab_size: int = 8000, model_max_length: int = 512
 ) -> PreTrainedTokenizerFast:
-    """Train a unigram subword tokenizer, SentencePiece-style, on source and target text together.
+    """Train a SentencePiece unigram model on source and target text together, as Marian models use.
 
-    Text is NFKC-normalised and split on whitespace with SentencePiece's "▁" word marker, so decoding
-    restores the original spacing. As in Marian, every sequence ends with ``</s>`` and ``<pad>`` has id 0
-    (it also starts decoding).
+    The pieces and their scores are carried into a `tokenizers` Unigram model (NFKC normalisation, "▁" word
+    marker), so the result saves as ``tokenizer.json`` and loads with ``AutoTokenizer``, with no sentencepiece
+    or protobuf needed to use it. As in Marian, ``<pad>`` has id 0 (it also starts decoding), ``</s>`` (id 1)
+    ends every sequence and ``<unk>`` is id 2.
 
     Args:
         texts: Sentences of both languages.
-        vocab_size: Target vocabulary size (smaller corpora may yield fewer pieces).
-        model_max_length: Longest sequence the tokenizer will produce with ``truncation=True``.
-
-    Returns:
-        A tokenizer that ``save_pretrained`` writes as ``tokenizer.json`` and ``AutoTokenizer`` loads back.
+        vocab_size: Vocabulary size; a corpus too small for it yields fewer pieces instead of failing.
+        model_max_length: Longest sequence the tokenizer produces with ``truncation=True``.
     """
-    tokenizer = Tokenizer(models.Unigram())
-    tokenizer.normalizer = normalizers.NFKC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
-    tokenizer.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        model_type="unigram",
         vocab_size=vocab_size,
-        special_tokens=[PAD_TOKEN, EOS_TOKEN, UNK_TOKEN],
-        unk_token=UNK_TOKEN,
-        show_progress=False,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        pad_piece=PAD_TOKEN,
+        eos_piece=EOS_TOKEN,
+        unk_piece=UNK_TOKEN,
+        minloglevel=2,
     )
-    tokenizer.train_from_iterator(texts, trainer=trainer)
-    eos_id = tokenizer.token_to_id(EOS_TOKEN)
+    processor = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    pieces = [(processor.id_to_piece(i), processor.get_score(i)) for i in range(processor.get_piece_size())]
+
+    tokenizer = Tokenizer(models.Unigram(pieces, unk_id=processor.unk_id()))
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    eos_id = processor.eos_id()
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS_TOKEN}", pair=f"$A $B {EOS_TOKEN}", special_tokens=[(EOS_TOKEN, eos_id)]
     )
