@@ -428,3 +428,31 @@ def test_invalid_alpha_raises_value_error(alpha):
 def test_boundary_and_broadcastable_alphas_are_accepted(alpha):
     probs = entmax(randn(2, 3, 4, 6, seed=37), alpha)
     torch.testing.assert_close(probs.sum(-1), torch.ones(2, 3, 4), rtol=0, atol=1e-5)
+
+
+def _row_with_smallest_positive_entry(alpha: float, others: list[float]) -> torch.Tensor:
+    """A float32 row whose last entry is in the support with the smallest probability float32 can give it."""
+    low, high = 0.0, 5.0
+    for _ in range(80):
+        middle = (low + high) / 2
+        if entmax(torch.tensor([[*others, -middle]]), alpha)[0, -1] > 0:
+            low = middle
+        else:
+            high = middle
+    return torch.tensor([[*others, -low]])
+
+
+@pytest.mark.parametrize("alpha", [1.3, 1.7, 1.9, 1.99])
+@pytest.mark.parametrize("others", [[0.0], [0.0, -0.3, -0.5], [0.0, 0.0, 0.0, -0.01]])
+def test_gradients_stay_finite_at_the_edge_of_the_support(alpha, others):
+    """A probability of ~1e-9 on the support once made the α-gradient NaN: its base p^β rounded to 0.
+
+    (The value itself is ill-conditioned there, since float32 cannot resolve a base of ~1e-8; it must be finite.)
+    """
+    scores = _row_with_smallest_positive_entry(alpha, others).requires_grad_()
+    alphas = torch.tensor([[alpha]], requires_grad=True)
+    probs = entmax(scores, alphas)
+    assert 0 < probs[0, -1] < 1e-6
+    (probs * torch.arange(1.0, scores.shape[-1] + 1)).sum().backward()
+    assert torch.isfinite(scores.grad).all()
+    assert torch.isfinite(alphas.grad).all()

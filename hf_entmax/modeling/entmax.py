@@ -122,10 +122,13 @@ def _alpha_sensitivity(log_probs: torch.Tensor, beta: torch.Tensor) -> torch.Ten
     ``(w / (1 + u) − log p) / β``. That difference cancels as ``u → 0``, where the series
     ``w² Σ_{k≥1} (−1)^k k / (k + 1) u^(k−1)`` (−w²/2 at α = 1) is used instead.
     """
-    base_minus_one = torch.expm1(beta * log_probs)  # u = β w, recovered from p without cancellation
+    # u = β w and the base 1 + u = p^β, each recovered from p without cancellation: expm1 is exact for small u,
+    # and exp is exact for a tiny base, where 1 + expm1(…) would round to 0 at the edge of the support.
+    base_minus_one = torch.expm1(beta * log_probs)
+    base = torch.exp(beta * log_probs)
     safe_beta = torch.where(beta == 0, 1.0, beta)
     shifted = torch.where(beta == 0, log_probs, base_minus_one / safe_beta)  # w
-    closed_form = (shifted / (1.0 + base_minus_one) - log_probs) / safe_beta
+    closed_form = (shifted / base - log_probs) / safe_beta
     series = torch.zeros_like(base_minus_one)
     for k in range(_SERIES_TERMS, 0, -1):  # Horner
         series = series * base_minus_one + (-1) ** k * k / (k + 1)

@@ -181,6 +181,11 @@ def tokenize_splits(
     return datasets.DatasetDict(tokenized)
 
 
+def mean_tokens_per_example(split: datasets.Dataset) -> float:
+    total = sum(len(ids) for ids in split["input_ids"]) + sum(len(ids) for ids in split["labels"])
+    return round(total / len(split), 2)
+
+
 def alpha_history(log_history: list[dict]) -> list[dict]:
     """α per head at every logged training step, from the trainer's log history.
 
@@ -278,10 +283,13 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         if data_args.uses_synthetic_data()
         else data_args.dataset_name or data_args.local_files(),
         "num_examples": {split_name: len(split) for split_name, split in tokenized.items()},
+        # Source plus target tokens of an average training pair: turns examples/s into tokens/s.
+        "mean_tokens_per_example": mean_tokens_per_example(tokenized["train"]),
         "base_model": model_args.model_name_or_path,
         "model_size": None if model_args.model_name_or_path else model_args.model_size,
         "num_parameters": model.num_parameters(),
         "global_step": trainer.state.global_step,
+        "world_size": training_args.world_size,
         "metrics": {
             key: value for key, value in metrics.items() if isinstance(value, (int, float)) and math.isfinite(value)
         },

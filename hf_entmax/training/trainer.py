@@ -2,7 +2,7 @@
 
 import torch
 from torch import nn
-from transformers import Seq2SeqTrainer
+from transformers import ProgressCallback, Seq2SeqTrainer
 
 
 def is_alpha_parameter(name: str) -> bool:
@@ -23,6 +23,19 @@ def alpha_logs(model: nn.Module) -> dict[str, float]:
     return logs
 
 
+class ConciseProgressCallback(ProgressCallback):
+    """The console progress bar and log lines, with α reduced to its mean per attention type.
+
+    The per-head entries still reach the trainer's ``log_history`` and every reporter.
+    """
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = {
+            key: value for key, value in (logs or {}).items() if not key.startswith("alpha/") or key.endswith("/mean")
+        }
+        super().on_log(args, state, control, logs=logs, **kwargs)
+
+
 class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with two additions for learnable α.
 
@@ -35,6 +48,8 @@ class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
     def __init__(self, *args, alpha_learning_rate: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.alpha_learning_rate = alpha_learning_rate
+        if self.pop_callback(ProgressCallback) is not None:
+            self.add_callback(ConciseProgressCallback)
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         if self.optimizer is not None:
