@@ -7,6 +7,7 @@ flags or as one `.json`/`.yaml` file. With no data argument the built-in synthet
 import sys
 from collections.abc import Sequence
 
+import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..training.arguments import DataArguments, ModelArguments
@@ -27,9 +28,20 @@ def parse_arguments(argv: Sequence[str]) -> tuple[ModelArguments, DataArguments,
         return parser.parse_json_file(argv[0])
     if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
         return parser.parse_yaml_file(argv[0])
-    if "--output_dir" not in argv and not any(arg.startswith("--output_dir=") for arg in argv):
-        argv += ["--output_dir", DEFAULT_OUTPUT_DIR]
+    argv = _with_default(argv, "--output_dir", DEFAULT_OUTPUT_DIR)
+    if not torch.accelerator.is_available():
+        # Without an accelerator, say so: only then do processes started by torchrun form a (gloo) DDP group
+        # instead of each training alone, and the data loader stops pinning memory for a GPU that is not there.
+        argv = _with_default(argv, "--use_cpu", "True")
+        argv = _with_default(argv, "--dataloader_pin_memory", "False")
     return parser.parse_args_into_dataclasses(args=argv)
+
+
+def _with_default(argv: list[str], flag: str, value: str) -> list[str]:
+    """``argv`` plus ``flag value`` unless the user gave ``flag`` already."""
+    if flag in argv or any(argument.startswith(f"{flag}=") for argument in argv):
+        return argv
+    return [*argv, flag, value]
 
 
 def print_summary(summary: dict, output_dir: str) -> None:

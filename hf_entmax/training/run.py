@@ -23,7 +23,6 @@ from transformers import (
     Seq2SeqTrainingArguments,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
@@ -207,20 +206,39 @@ def alpha_history(log_history: list[dict]) -> list[dict]:
     return history
 
 
+def last_complete_checkpoint(output_dir: Path) -> Path | None:
+    """The newest ``checkpoint-<step>`` folder that was written to the end.
+
+    Trainer writes ``trainer_state.json`` last, so a run killed while saving leaves a folder without a readable
+    one: resuming must skip it and fall back to the checkpoint before.
+    """
+    checkpoints = [path for path in output_dir.glob("checkpoint-*") if path.name.split("-")[-1].isdigit()]
+    for checkpoint in sorted(checkpoints, key=lambda path: int(path.name.split("-")[-1]), reverse=True):
+        try:
+            json.loads((checkpoint / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            logger.warning(f"skipping {checkpoint}: it was not written completely (no readable trainer_state.json)")
+            continue
+        return checkpoint
+    return None
+
+
 def resolve_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | None:
-    """``--resume_from_checkpoint``: a path, or true/last for the newest checkpoint in ``output_dir``."""
+    """``--resume_from_checkpoint``: a path, or true/last for the newest complete checkpoint in ``output_dir``."""
     requested = training_args.resume_from_checkpoint
     if requested is None or str(requested).lower() in ("false", "no", ""):
         return None
     if str(requested).lower() in ("true", "last", "latest"):
-        last = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
+        last = last_complete_checkpoint(Path(training_args.output_dir))
         if last is None:
             raise HfEntmaxFileNotFoundError(
-                f"--resume_from_checkpoint {requested}: no checkpoint-* folder in {training_args.output_dir}"
+                f"--resume_from_checkpoint {requested}: no complete checkpoint-* folder in {training_args.output_dir}"
             )
-        return last
-    if not Path(requested).is_dir():
-        raise HfEntmaxFileNotFoundError(f"--resume_from_checkpoint {requested}: no such checkpoint folder")
+        return str(last)
+    if not (Path(requested) / "trainer_state.json").is_file():
+        raise HfEntmaxFileNotFoundError(
+            f"--resume_from_checkpoint {requested}: not a complete checkpoint folder (no trainer_state.json)"
+        )
     return str(requested)
 
 

@@ -1,0 +1,46 @@
+import json
+
+from hf_entmax.cli import main
+from hf_entmax.commands import demo
+from hf_entmax.commands.train import parse_arguments
+
+
+def test_without_a_command_usage_is_printed(capsys):
+    assert main([]) == 2
+    assert "commands:" in capsys.readouterr().out
+    assert main(["--help"]) == 0
+    assert main(["translate"]) == 2
+    assert "unknown command 'translate'" in capsys.readouterr().err
+
+
+def test_train_arguments_from_flags_and_from_a_json_file(tmp_path):
+    model_args, data_args, training_args = parse_arguments(["--alpha_init", "1.5", "--max_steps", "7"])
+    assert model_args.alpha_init == 1.5
+    assert training_args.max_steps == 7
+    assert training_args.output_dir == "outputs/train"
+    assert data_args.uses_synthetic_data()
+
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"output_dir": str(tmp_path / "out"), "cross_alpha_init": "2", "max_steps": 3}))
+    model_args, _, training_args = parse_arguments([str(config)])
+    assert model_args.cross_alpha_init == 2.0
+    assert training_args.max_steps == 3
+
+
+def test_demo_flags_override_its_defaults():
+    _, data_args, training_args = parse_arguments([*demo.DEMO_DEFAULTS, "--max_steps", "5"])
+    assert training_args.max_steps == 5
+    assert training_args.output_dir == "outputs/demo"
+    assert data_args.uses_synthetic_data()
+
+
+def test_demo_trains_evaluates_and_translates_through_the_remote_code_pipeline(tmp_path, capsys):
+    output = tmp_path / "demo"
+    quick = ["--max_steps", "2", "--synthetic_train_size", "200", "--max_eval_samples", "4"]
+    quick += ["--max_predict_samples", "4", "--generation_max_length", "6", "--output_dir", str(output)]
+    assert main(["demo", *quick]) == 0
+    printed = capsys.readouterr().out
+    assert "validation BLEU" in printed and "test       BLEU" in printed
+    assert "encoder_self layer 1:" in printed
+    assert printed.count("(reference: ") == 3
+    assert json.loads((output / "training_summary.json").read_text())["global_step"] == 2
