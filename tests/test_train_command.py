@@ -158,12 +158,23 @@ def test_fine_tuning_starts_from_a_marian_checkpoint(tmp_path, data_files, pairs
         (lambda d, t: ["--train_file", d["tsv"], "--model_size", "huge"], "--model_size must be one of"),
         (lambda d, t: ["--train_file", d["tsv"], "--alpha_init", "3"], "--alpha_init must be a number in"),
         (lambda d, t: ["--train_file", d["tsv"], "--eval_strategy", "steps"], "needs validation data"),
+        (lambda d, t: ["--train_file", d["tsv"], "--alpha_init", "1.0"], "invalid model settings: a learned α of "),
+        (lambda d, t: ["--train_file", d["tsv"], "--learn_alpha", "False"], "`alpha_init`='random' needs a learned α"),
         (
             lambda d, t: ["--train_file", d["tsv"], "--resume_from_checkpoint", "true"],
             "no complete checkpoint-\\* folder",
         ),
     ],
-    ids=["line-counts", "jsonl-keys", "model-size", "alpha-init", "eval-without-validation", "resume-nothing"],
+    ids=[
+        "line-counts",
+        "jsonl-keys",
+        "model-size",
+        "alpha-init",
+        "eval-without-validation",
+        "alpha-below-bounds",
+        "random-alpha-fixed",
+        "resume-nothing",
+    ],
 )
 def test_bad_input_fails_early_with_one_line(tmp_path, capsys, make_argv, message):
     files = {

@@ -44,6 +44,8 @@ class ModelArguments:
         metadata={"help": "Initial α of every head: a number in [1, 2] (1 = softmax) or 'random' (the paper's)."},
     )
     learn_alpha: bool = field(default=True, metadata={"help": "Learn α per head (--learn_alpha False fixes it)."})
+    alpha_min: float = field(default=1.01, metadata={"help": "Lower bound of a learned α (the paper's 1.01)."})
+    alpha_max: float = field(default=2.0, metadata={"help": "Upper bound of a learned α."})
     alpha_learning_rate: float | None = field(
         default=None,
         metadata={
@@ -93,6 +95,8 @@ class ModelArguments:
         return {
             "alpha_init": self.alpha_init,
             "learn_alpha": self.learn_alpha,
+            "alpha_min": self.alpha_min,
+            "alpha_max": self.alpha_max,
             "encoder_self_alpha_init": self.encoder_self_alpha_init,
             "decoder_self_alpha_init": self.decoder_self_alpha_init,
             "cross_alpha_init": self.cross_alpha_init,

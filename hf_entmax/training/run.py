@@ -15,6 +15,7 @@ from pathlib import Path
 
 import datasets
 import transformers
+from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
     AutoTokenizer,
@@ -104,12 +105,22 @@ def load_tokenizer(
     return tokenizer
 
 
+def build_config(**fields) -> AdaptiveEntmaxMarianConfig:
+    """The model config; an inconsistent setting becomes a one-line error naming the flag."""
+    try:
+        return AdaptiveEntmaxMarianConfig(**fields)
+    except StrictDataclassError as error:
+        # The config's message names the field (`alpha_init`), which is also the flag's name.
+        reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
+        raise HfEntmaxValueError(f"invalid model settings: {reason}") from error
+
+
 def load_model(
     model_args: ModelArguments, tokenizer: PreTrainedTokenizerBase, max_length: int
 ) -> AdaptiveEntmaxMarianMTModel:
     """A fresh model of ``--model_size``, or one started from ``--model_name_or_path``."""
     if model_args.model_name_or_path is None:
-        config = AdaptiveEntmaxMarianConfig(
+        config = build_config(
             **preset_config_kwargs(model_args.model_size),
             **model_args.alpha_config(),
             vocab_size=len(tokenizer),
@@ -138,7 +149,7 @@ def load_model(
         for key, value in source_config.to_dict().items()
         if key in AdaptiveEntmaxMarianConfig.__dataclass_fields__
     }
-    config = AdaptiveEntmaxMarianConfig(**{**marian_fields, **model_args.alpha_config()})
+    config = build_config(**{**marian_fields, **model_args.alpha_config()})
     return AdaptiveEntmaxMarianMTModel.from_pretrained(model_args.model_name_or_path, config=config)
 
 
