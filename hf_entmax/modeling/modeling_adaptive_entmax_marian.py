@@ -266,6 +266,22 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
         return {kind: torch.stack(alphas) for kind, alphas in by_type.items() if alphas}
 
 
+def _build_stack(
+    stack: nn.Module, config: AdaptiveEntmaxMarianConfig, vocab_size: int, layers: list[nn.Module], layerdrop: float
+) -> None:
+    """Give an encoder or decoder its embeddings and layers, under the names Marian's forward reads."""
+    stack.dropout = config.dropout
+    stack.layerdrop = layerdrop
+    stack.padding_idx = config.pad_token_id
+    stack.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+    stack.embed_tokens = nn.Embedding(vocab_size, config.d_model, stack.padding_idx)
+    stack.embed_positions = MarianSinusoidalPositionalEmbedding(
+        config.max_position_embeddings, config.d_model, stack.padding_idx
+    )
+    stack.layers = nn.ModuleList(layers)
+    stack.gradient_checkpointing = False
+
+
 class AdaptiveEntmaxMarianEncoder(AdaptiveEntmaxMarianPreTrainedModel, MarianEncoder):
     """Marian's encoder built from α-entmax layers."""
 
@@ -276,19 +292,9 @@ class AdaptiveEntmaxMarianEncoder(AdaptiveEntmaxMarianPreTrainedModel, MarianEnc
 
     def __init__(self, config: AdaptiveEntmaxMarianConfig):
         MarianPreTrainedModel.__init__(self, config)
-        self.dropout = config.dropout
-        self.layerdrop = config.encoder_layerdrop
-        self.padding_idx = config.pad_token_id
         self.max_source_positions = config.max_position_embeddings
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, self.padding_idx)
-        self.embed_positions = MarianSinusoidalPositionalEmbedding(
-            config.max_position_embeddings, config.d_model, self.padding_idx
-        )
-        self.layers = nn.ModuleList(
-            [AdaptiveEntmaxMarianEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
-        )
-        self.gradient_checkpointing = False
+        layers = [AdaptiveEntmaxMarianEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
+        _build_stack(self, config, config.vocab_size, layers, config.encoder_layerdrop)
         self.post_init()
 
 
@@ -303,19 +309,9 @@ class AdaptiveEntmaxMarianDecoder(AdaptiveEntmaxMarianPreTrainedModel, MarianDec
 
     def __init__(self, config: AdaptiveEntmaxMarianConfig):
         MarianPreTrainedModel.__init__(self, config)
-        self.dropout = config.dropout
-        self.layerdrop = config.decoder_layerdrop
-        self.padding_idx = config.pad_token_id
         self.max_target_positions = config.max_position_embeddings
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, self.padding_idx)
-        self.embed_positions = MarianSinusoidalPositionalEmbedding(
-            config.max_position_embeddings, config.d_model, self.padding_idx
-        )
-        self.layers = nn.ModuleList(
-            [AdaptiveEntmaxMarianDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
-        )
-        self.gradient_checkpointing = False
+        layers = [AdaptiveEntmaxMarianDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        _build_stack(self, config, config.decoder_vocab_size, layers, config.decoder_layerdrop)
         self.post_init()
 
 
