@@ -100,3 +100,16 @@ def test_translation_metrics_ignore_padding_and_label_masking(tokenizer):
     assert metrics["bleu"] == pytest.approx(100.0)
     assert metrics["chrf"] == pytest.approx(100.0)
     assert set(metrics) == {"bleu", "chrf", "gen_len"}
+
+
+@pytest.mark.parametrize("disable_tqdm", [False, True])
+def test_console_shows_mean_alpha_while_history_keeps_every_head(
+    tmp_path, tokenizer, train_features, capsys, disable_tqdm
+):
+    trainer = make_trainer(tmp_path, tokenizer, train_features, arguments={"disable_tqdm": disable_tqdm})
+    trainer.train()
+    printed = capsys.readouterr()
+    console = printed.out + printed.err
+    assert "alpha/cross/mean" in console
+    assert "alpha/cross/layer_0/head_0" not in console
+    assert "alpha/cross/layer_0/head_0" in trainer.state.log_history[0]

@@ -2,7 +2,7 @@
 
 import torch
 from torch import nn
-from transformers import ProgressCallback, Seq2SeqTrainer
+from transformers import PrinterCallback, ProgressCallback, Seq2SeqTrainer
 
 
 def is_alpha_parameter(name: str) -> bool:
@@ -23,17 +23,23 @@ def alpha_logs(model: nn.Module) -> dict[str, float]:
     return logs
 
 
-class ConciseProgressCallback(ProgressCallback):
-    """The console progress bar and log lines, with α reduced to its mean per attention type.
+def without_per_head_alphas(logs: dict | None) -> dict:
+    """``logs`` with α reduced to its mean per attention type, for the console."""
+    return {key: value for key, value in (logs or {}).items() if not key.startswith("alpha/") or key.endswith("/mean")}
 
-    The per-head entries still reach the trainer's ``log_history`` and every reporter.
-    """
+
+class ConciseProgressCallback(ProgressCallback):
+    """The console progress bar and log lines, without per-head α (which still reaches log_history and reporters)."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        logs = {
-            key: value for key, value in (logs or {}).items() if not key.startswith("alpha/") or key.endswith("/mean")
-        }
-        super().on_log(args, state, control, logs=logs, **kwargs)
+        super().on_log(args, state, control, logs=without_per_head_alphas(logs), **kwargs)
+
+
+class ConcisePrinterCallback(PrinterCallback):
+    """The console log lines of a run without progress bar (``--disable_tqdm``), without per-head α."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        super().on_log(args, state, control, logs=without_per_head_alphas(logs), **kwargs)
 
 
 class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
@@ -48,8 +54,12 @@ class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
     def __init__(self, *args, alpha_learning_rate: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.alpha_learning_rate = alpha_learning_rate
-        if self.pop_callback(ProgressCallback) is not None:
-            self.add_callback(ConciseProgressCallback)
+        for verbose, concise in (
+            (ProgressCallback, ConciseProgressCallback),
+            (PrinterCallback, ConcisePrinterCallback),
+        ):
+            if self.pop_callback(verbose) is not None:
+                self.add_callback(concise)
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         if self.optimizer is not None:
