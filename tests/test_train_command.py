@@ -296,3 +296,31 @@ def test_resuming_skips_a_checkpoint_that_was_cut_off_while_saving(tmp_path):
     (tmp_path / "checkpoint-40").mkdir()  # killed before anything was written
     assert last_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-20"
     assert last_complete_checkpoint(tmp_path / "empty") is None
+
+
+def test_a_dataset_folder_with_a_translation_column_trains_like_a_hub_dataset(tmp_path, pairs):
+    dataset = tmp_path / "my_dataset"
+    dataset.mkdir()
+    for split, rows in (("train", pairs[:48]), ("validation", pairs[48:56])):
+        lines = "".join(json.dumps({"translation": {"en": source, "syn": target}}) + "\n" for source, target in rows)
+        (dataset / f"{split}.jsonl").write_text(lines)
+    output = tmp_path / "model"
+    argv = ["train", *FAST, "--dataset_name", str(dataset), "--source_lang", "en", "--target_lang", "syn"]
+    assert main([*argv, "--output_dir", str(output), "--max_steps", "1", "--max_train_samples", "20"]) == 0
+    summary = json.loads((output / "training_summary.json").read_text())
+    assert summary["num_examples"] == {"train": 20, "validation": 8}
+
+
+def test_an_unreachable_hub_dataset_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    import datasets
+    import huggingface_hub
+
+    # As on a machine without network (the libraries read these settings when they are imported).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    argv = ["train", *FAST, "--dataset_name", "no-such-user/no-such-dataset", "--source_lang", "de"]
+    assert main([*argv, "--target_lang", "en", "--output_dir", str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "could not load --dataset_name 'no-such-user/no-such-dataset'" in error
+    assert "Offline, use local files instead" in error

@@ -74,7 +74,8 @@ def load_parallel_data(data_args: DataArguments) -> tuple[datasets.DatasetDict, 
         except Exception as error:  # the datasets library raises many kinds; all mean "could not load"
             raise HfEntmaxValueError(
                 f"could not load --dataset_name {data_args.dataset_name!r} "
-                f"(config {data_args.dataset_config_name!r}): {error}. Offline, use local files instead"
+                f"(config {data_args.dataset_config_name!r}): {' '.join(str(error).split())}. "
+                "Offline, use local files instead"
             ) from error
         for split_name, split in raw.items():
             if "translation" not in split.column_names:
