@@ -99,6 +99,7 @@ def load_tokenizer(
         return AutoTokenizer.from_pretrained(name)
     if (output_dir / "tokenizer.json").exists():
         # A resumed (or repeated) run keeps the vocabulary its checkpoints were trained with.
+        logger.warning(f"using the tokenizer already in {output_dir} (delete tokenizer.json there to train a new one)")
         return AutoTokenizer.from_pretrained(output_dir)
     texts = (text for pair in train_split["translation"] for text in (pair[source_lang], pair[target_lang]))
     tokenizer = train_joint_tokenizer(texts, vocab_size=model_args.vocab_size)
