@@ -34,6 +34,9 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--learning_rate", type=float, default=1e-3)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument(
+        "--tokenizer_name", default=None, help="reuse this tokenizer (default: train one in the first variant's run)"
+    )
     arguments = parser.parse_args()
 
     data_dir = Path(arguments.data_dir)
@@ -45,7 +48,7 @@ def main() -> None:
         test_source_file=str(data_dir / "test_2016_flickr.de"),
         test_target_file=str(data_dir / "test_2016_flickr.en"),
     )
-    shared_tokenizer = None
+    shared_tokenizer = arguments.tokenizer_name
     rows = []
     for name in arguments.variants:
         output_dir = Path(arguments.output_dir) / name.split()[0].replace("α", "alpha")
