@@ -4,11 +4,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .commands import demo, train
+from .commands import convert, demo, export, push, train
 from .errors import HfEntmaxError
 
 
-SUBCOMMANDS = {"train": train, "demo": demo}
+SUBCOMMANDS = {"train": train, "demo": demo, "convert": convert, "export": export, "push": push}
 
 
 def usage() -> str:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, MarianConfig, MarianMTModel
 
@@ -73,8 +74,17 @@ def test_train_on_local_files_writes_a_complete_self_contained_folder(tmp_path, 
         "pipeline_translation.py",
         "training_summary.json",
         "alpha_history.json",
+        "README.md",
     ):
         assert name in files
+    assert not [name for name in files if name.endswith((".bin", ".pt", ".pkl"))], files
+    card = ModelCard.load(output / "README.md")
+    assert card.data.language == ["en", "syn"]
+    assert card.data.pipeline_tag == "translation"
+    scores = {(result.dataset_split, result.metric_type): result.metric_value for result in card.data.eval_results}
+    assert scores[("test", "bleu")] == pytest.approx(
+        json.loads((output / "training_summary.json").read_text())["metrics"]["test_bleu"]
+    )
     summary = json.loads((output / "training_summary.json").read_text())
     assert summary["num_examples"] == {"train": 64, "validation": 8, "test": 8}
     assert summary["global_step"] == 4

@@ -82,12 +82,13 @@ def entmax_attention_forward(
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    # Scores in float32 even for half-precision models: entmax's threshold needs the precision.
-    scores = torch.matmul(query.float() * scaling, key.float().transpose(2, 3))  # (B, H, Lq, Lk)
+    # Scores in float32 even for half-precision models: entmax's threshold needs the precision (float64 stays).
+    compute_dtype = torch.promote_types(query.dtype, torch.float32)
+    scores = torch.matmul(query.to(compute_dtype) * scaling, key.to(compute_dtype).transpose(2, 3))  # (B, H, Lq, Lk)
     if attention_mask is not None:
         # Mask before the mapping, and as −inf whatever the mask's dtype, so masked keys get exact zeros.
         masked = attention_mask <= torch.finfo(attention_mask.dtype).min
-        scores = (scores + attention_mask.float()).masked_fill(masked, float("-inf"))
+        scores = (scores + attention_mask.to(compute_dtype)).masked_fill(masked, float("-inf"))
 
     alpha = module.alpha()
     if isinstance(alpha, torch.Tensor):

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import datasets
 import transformers
-from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
     AutoTokenizer,
@@ -25,6 +24,7 @@ from transformers import (
     set_seed,
 )
 
+from ..conversion.model_card import ModelCardInfo, render_model_card
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
@@ -32,7 +32,7 @@ from . import synthetic
 from .arguments import DataArguments, ModelArguments
 from .data import check_language_pair, limit_samples, load_local_splits
 from .metrics import sacrebleu_signatures, translation_metrics
-from .presets import preset_config_kwargs
+from .presets import build_config, preset_config_kwargs
 from .tokenizer import train_joint_tokenizer
 from .trainer import AdaptiveEntmaxTrainer
 
@@ -105,16 +105,6 @@ def load_tokenizer(
     tokenizer = train_joint_tokenizer(texts, vocab_size=model_args.vocab_size)
     tokenizer.save_pretrained(output_dir)
     return tokenizer
-
-
-def build_config(**fields) -> AdaptiveEntmaxMarianConfig:
-    """The model config; an inconsistent setting becomes a one-line error naming the flag."""
-    try:
-        return AdaptiveEntmaxMarianConfig(**fields)
-    except StrictDataclassError as error:
-        # The config's message names the field (`alpha_init`), which is also the flag's name.
-        reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
-        raise HfEntmaxValueError(f"invalid model settings: {reason}") from error
 
 
 def load_model(
@@ -343,4 +333,8 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
         history = alpha_history(trainer.state.log_history)
         (output_dir / ALPHA_HISTORY_FILE).write_text(json.dumps(history) + "\n")
+        render_model_card(model, ModelCardInfo.from_training_summary(summary)).save(output_dir / "README.md")
+        # Trainer pickles its arguments next to the model; the folder is meant for the Hub, which should get
+        # safetensors and JSON only (each checkpoint-* keeps its copy, training_summary.json the values).
+        (output_dir / "training_args.bin").unlink(missing_ok=True)
     return summary

@@ -1,0 +1,102 @@
+"""`hf-entmax export`: write an AdaptiveEntmaxMarian model (e.g. a `hf-entmax train` output) as a Hub-ready folder.
+
+The folder gets safetensors weights (sharded above --max_shard_size), config.json with auto_map and the
+translation pipeline, the flat modeling files, tokenizer, generation config and a model card. The card takes
+languages, data, BLEU/chrF (into the `model-index` metadata) and hyper-parameters from the model folder's
+training_summary.json when there is one.
+"""
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from ..conversion.export import check_folder_loads, export_hub_folder
+from ..conversion.model_card import ModelCardInfo, measure_attention_sparsity
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
+from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
+from ..training.run import SUMMARY_FILE
+from .convert import read_sentences
+
+
+HELP = "write an AdaptiveEntmaxMarian model folder as a Hub-ready folder with a model card"
+
+
+def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="An AdaptiveEntmaxMarian folder (e.g. from hf-entmax train).")
+    parser.add_argument("--output", required=True, help="The Hub-ready folder to write.")
+    parser.add_argument("--repo_id", default=None, help="The repo id you will push to, for the card's usage example.")
+    parser.add_argument("--source_lang", default=None, help="Source language code (default: the training summary's).")
+    parser.add_argument("--target_lang", default=None, help="Target language code (default: the training summary's).")
+    parser.add_argument("--license", default="apache-2.0", help="License id for the card metadata.")
+    parser.add_argument("--dataset", action="append", default=None, help="Hub id of a training dataset (repeatable).")
+    parser.add_argument("--base_model", default=None, help="Hub id of the model this one was fine-tuned from.")
+    parser.add_argument(
+        "--sparsity_sentences",
+        default=None,
+        help="A text file of source sentences: measure the share of exact zeros in attention on them, for the card.",
+    )
+    parser.add_argument("--max_shard_size", default="2GB", help="Write several safetensors shards above this size.")
+    parser.add_argument(
+        "--check_load",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="After writing, load the folder in a fresh process without hf_entmax and compare outputs.",
+    )
+
+
+def load_exportable_model(folder: Path) -> AdaptiveEntmaxMarianMTModel:
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise HfEntmaxFileNotFoundError(f"--model {folder}: no config.json there (not a model folder)")
+    model_type = json.loads(config_path.read_text()).get("model_type")
+    if model_type == "marian":
+        raise HfEntmaxValueError(f"--model {folder} is a Marian checkpoint: convert it with `hf-entmax convert`")
+    if model_type != AdaptiveEntmaxMarianConfig.model_type:
+        raise HfEntmaxValueError(f"--model {folder} is a {model_type!r} model, not an AdaptiveEntmaxMarian one")
+    if not any((folder / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        raise HfEntmaxValueError(f"--model {folder} has no safetensors weights (hf-entmax never unpickles weights)")
+    return AdaptiveEntmaxMarianMTModel.from_pretrained(folder, use_safetensors=True).eval()
+
+
+def run(args: argparse.Namespace) -> int:
+    folder = Path(args.model)
+    if not folder.is_dir():
+        raise HfEntmaxFileNotFoundError(f"--model {folder}: no such folder")
+    model = load_exportable_model(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder, config=model.config)  # no remote code needed here
+
+    overrides = {
+        "model_id": args.repo_id or Path(args.output).resolve().name,
+        "license": args.license,
+        **{name: getattr(args, name) for name in ("source_lang", "target_lang", "base_model") if getattr(args, name)},
+    }
+    if args.dataset:
+        overrides["datasets"] = args.dataset
+    summary_path = folder / SUMMARY_FILE
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text())
+        if summary.get("base_model") and "base_model" not in overrides and not Path(summary["base_model"]).exists():
+            overrides["base_model"] = summary["base_model"]  # a Hub id (a local path means nothing on the Hub)
+        card = ModelCardInfo.from_training_summary(summary, **overrides)
+    else:
+        card = ModelCardInfo(**overrides)
+    if args.sparsity_sentences:
+        card.mean_sparsity = measure_attention_sparsity(model, tokenizer, read_sentences(args.sparsity_sentences))
+
+    export_hub_folder(model, tokenizer, args.output, card=card, max_shard_size=args.max_shard_size)
+    print(f"Wrote the Hub-ready folder {args.output} (model card: {Path(args.output) / 'README.md'}).")
+    if args.check_load:
+        check_folder_loads(args.output)
+        print("Checked: the folder loads in a fresh process without hf_entmax and gives identical outputs.")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hf-entmax export", description=__doc__)
+    add_parser_arguments(parser)
+    return run(parser.parse_args(sys.argv[1:] if argv is None else argv))

@@ -1,0 +1,20 @@
+"""Marian → AdaptiveEntmaxMarian conversion, Hub-ready folders, model cards and publishing to the Hub."""
+
+from .convert import ConversionReport, convert_marian
+from .export import check_folder_loads, export_hub_folder, find_pickle_files
+from .model_card import ModelCardInfo, TranslationScores, measure_attention_sparsity, render_model_card
+from .push import push_folder
+
+
+__all__ = [
+    "ConversionReport",
+    "ModelCardInfo",
+    "TranslationScores",
+    "check_folder_loads",
+    "convert_marian",
+    "export_hub_folder",
+    "find_pickle_files",
+    "measure_attention_sparsity",
+    "push_folder",
+    "render_model_card",
+]

@@ -1,0 +1,192 @@
+"""Hub-ready folders: safetensors weights, config with remote code, tokenizer, generation config, model card.
+
+`export_hub_folder` writes one; `check_folder_loads` proves that it works for someone without hf_entmax, by
+loading it in a fresh Python process where hf_entmax cannot be imported and comparing what it computes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
+from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
+from .model_card import ModelCardInfo, render_model_card
+
+
+# Files whose loading unpickles, i.e. can run arbitrary code: never part of a published folder.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib")
+# Any text works to compare two implementations of the same model; a few languages, short and long.
+CHECK_SENTENCES = [
+    "The small dog runs fast.",
+    "Zwei Katzen schlafen im Haus, während draußen der Regen fällt.",
+    "Le musée ouvre à neuf heures.",
+    "a man reads a book",
+]
+_LOAD_CHECK_TOLERANCE = 1e-5
+
+# Run in a fresh interpreter: load the folder the way a Hub user would, with hf_entmax made unimportable.
+_FRESH_PROCESS_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.modules["hf_entmax"] = None  # as if hf_entmax were not installed
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    folder, inputs_path, results_path = sys.argv[1:]
+    inputs = torch.load(inputs_path)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+    if not type(model).__module__.startswith("transformers_modules."):
+        raise SystemExit(f"the model was not loaded from the folder's own code but from {type(model).__module__}")
+    with torch.no_grad():
+        logits = model(**inputs).logits
+        generated = model.generate(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], num_beams=1, do_sample=False,
+            max_new_tokens=inputs["decoder_input_ids"].shape[1] - 1,
+        )
+    torch.save({"logits": logits, "generated": generated}, results_path)
+    """
+)
+
+
+def export_hub_folder(
+    model: AdaptiveEntmaxMarianMTModel,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: str | os.PathLike,
+    *,
+    card: ModelCardInfo | None = None,
+    max_shard_size: str | int = "2GB",
+) -> Path:
+    """Write a folder that loads anywhere with ``trust_remote_code=True`` and can be pushed to the Hub as it is.
+
+    Contents: ``model.safetensors`` (or shards and ``model.safetensors.index.json`` above ``max_shard_size``),
+    ``config.json`` with ``auto_map`` and the ``custom_pipelines`` translation entry, the flat modeling files,
+    ``generation_config.json``, the tokenizer files and ``README.md`` (the model card, from ``card``).
+
+    Returns:
+        The folder's path.
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if stale := find_pickle_files(output_dir):
+        raise HfEntmaxValueError(
+            f"{output_dir} already holds pickle files ({', '.join(stale)}); export into an empty folder instead"
+        )
+    # The model's save_pretrained also copies the flat code files and writes auto_map and custom_pipelines.
+    model.save_pretrained(output_dir, max_shard_size=max_shard_size)
+    tokenizer.save_pretrained(output_dir)
+    render_model_card(model, card or ModelCardInfo()).save(output_dir / "README.md")
+    return output_dir
+
+
+def find_pickle_files(folder: str | os.PathLike) -> list[str]:
+    """Paths (relative to ``folder``, sorted) of the files whose loading would unpickle."""
+    folder = Path(folder)
+    return sorted(
+        path.relative_to(folder).as_posix()
+        for path in folder.rglob("*")
+        if path.is_file() and path.suffix.lower() in PICKLE_SUFFIXES
+    )
+
+
+def check_folder_loads(folder: str | os.PathLike, sentences: list[str] | None = None) -> float:
+    """Check that ``folder`` loads without hf_entmax and computes what hf_entmax computes from it.
+
+    A fresh Python process, where ``import hf_entmax`` fails, loads the folder with
+    ``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``; its logits on ``sentences``
+    (teacher-forced on this process's greedy translations) and its greedy translations are compared with
+    those of the folder loaded here by `AdaptiveEntmaxMarianMTModel`.
+
+    Returns:
+        The largest absolute logit difference (at most 1e-5).
+
+    Raises:
+        HfEntmaxValueError: with a one-line reason, if the folder is not a complete AdaptiveEntmaxMarian
+            folder, fails to load without hf_entmax, or computes something else there.
+    """
+    folder = Path(folder).resolve()
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise HfEntmaxFileNotFoundError(f"{folder} has no config.json: not a model folder")
+    config = json.loads(config_path.read_text())
+    if config.get("model_type") != AdaptiveEntmaxMarianConfig.model_type:
+        raise HfEntmaxValueError(
+            f"{folder} holds a {config.get('model_type')!r} model, not an AdaptiveEntmaxMarian one "
+            "(convert a Marian checkpoint with `hf-entmax convert`)"
+        )
+    if "auto_map" not in config:
+        raise HfEntmaxValueError(
+            f"{folder}/config.json has no auto_map, so it cannot load without hf_entmax; "
+            "write the folder with `hf-entmax export`"
+        )
+    try:
+        model = AdaptiveEntmaxMarianMTModel.from_pretrained(folder, use_safetensors=True).eval()
+        # With the config given, the tokenizer does not load the folder's remote code into this process.
+        tokenizer = AutoTokenizer.from_pretrained(folder, config=model.config)
+    except (OSError, ValueError) as error:
+        raise HfEntmaxValueError(f"{folder} does not load: {_last_line(str(error))}") from error
+
+    inputs = tokenizer(sentences or CHECK_SENTENCES, return_tensors="pt", padding=True, truncation=True)
+    with torch.no_grad():
+        generated = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=16)
+        logits = model(**inputs, decoder_input_ids=generated).logits  # (B, T, vocab)
+
+    with tempfile.TemporaryDirectory(prefix="hf_entmax_load_check_") as scratch:
+        scratch = Path(scratch)
+        torch.save({**inputs, "decoder_input_ids": generated}, scratch / "inputs.pt")
+        environment = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "HF_MODULES_CACHE": str(scratch / "modules"),  # no remote code cached by an earlier run
+            "TRANSFORMERS_VERBOSITY": "error",
+        }
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _FRESH_PROCESS_SCRIPT,
+                str(folder),
+                str(scratch / "inputs.pt"),
+                str(scratch / "out.pt"),
+            ],
+            cwd=scratch,  # not the project folder: hf_entmax must not be importable from the working directory
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if completed.returncode != 0:
+            raise HfEntmaxValueError(
+                f"{folder} does not load without hf_entmax installed: {_last_line(completed.stderr)}"
+            )
+        loaded = torch.load(scratch / "out.pt")
+
+    if loaded["logits"].shape != logits.shape:
+        raise HfEntmaxValueError(
+            f"{folder} loads without hf_entmax but gives logits of shape {tuple(loaded['logits'].shape)} "
+            f"instead of {tuple(logits.shape)}"
+        )
+    difference = (loaded["logits"] - logits).abs().max().item()
+    if not difference <= _LOAD_CHECK_TOLERANCE:
+        raise HfEntmaxValueError(
+            f"{folder} loads without hf_entmax but computes different logits there "
+            f"(max difference {difference:.2e} > {_LOAD_CHECK_TOLERANCE:.0e})"
+        )
+    if not torch.equal(loaded["generated"], generated):
+        raise HfEntmaxValueError(f"{folder} loads without hf_entmax but translates differently there")
+    return difference
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no message)"
+
+
+__all__ = ["CHECK_SENTENCES", "check_folder_loads", "export_hub_folder", "find_pickle_files"]

@@ -1,0 +1,153 @@
+"""`hf-entmax push`: everything up to the network call runs for real; the Hub client is a recording fake."""
+
+import importlib
+import shutil
+from types import SimpleNamespace
+
+import pytest
+from conftest import tiny_model
+from huggingface_hub import constants
+from huggingface_hub.errors import HfHubHTTPError, Response
+
+from hf_entmax.cli import main
+from hf_entmax.conversion import export_hub_folder, push_folder
+from hf_entmax.errors import HfEntmaxError, HfEntmaxValueError
+
+
+class FakeHfApi:
+    """Records what `HfApi` would have been asked to do; ``upload_error`` makes the upload fail."""
+
+    def __init__(self, upload_error: Exception | None = None):
+        self.calls = []
+        self.upload_error = upload_error
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+        return f"https://huggingface.co/{repo_id}"
+
+    def create_branch(self, repo_id, **kwargs):
+        self.calls.append(("create_branch", repo_id, kwargs))
+
+    def upload_folder(self, **kwargs):
+        self.calls.append(("upload_folder", kwargs["repo_id"], kwargs))
+        if self.upload_error is not None:
+            raise self.upload_error
+        pr_url = "https://huggingface.co/someone/model/discussions/1" if kwargs["create_pr"] else None
+        return SimpleNamespace(commit_url="https://huggingface.co/someone/model/commit/abc123", pr_url=pr_url)
+
+
+@pytest.fixture(scope="module")
+def hub_folder(tmp_path_factory, tokenizer):
+    folder = tmp_path_factory.mktemp("push") / "hub"
+    return export_hub_folder(tiny_model(vocab_size=len(tokenizer), init_std=0.5), tokenizer, folder)
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """A token in HF_TOKEN and the Hub not disabled, whatever the machine running the tests has set."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+
+
+def http_error(status: int) -> HfHubHTTPError:
+    request_url = "https://huggingface.co/api/models/someone/model/preupload/main"
+    http = importlib.import_module(Response.__module__.split(".")[0])  # the HTTP library huggingface_hub uses
+    response = Response(status, request=http.Request("POST", request_url))
+    return HfHubHTTPError(f"{status} Client Error for url: {request_url}", response=response)
+
+
+def test_uploads_exactly_the_checked_folder(hub_folder, online):
+    api = FakeHfApi()
+    url = push_folder(hub_folder, "someone/model", private=True, revision="v1", api=api)  # with the real load check
+
+    assert url == "https://huggingface.co/someone/model/commit/abc123"
+    assert [(name, repo) for name, repo, _ in api.calls] == [
+        ("create_repo", "someone/model"),
+        ("create_branch", "someone/model"),
+        ("upload_folder", "someone/model"),
+    ]
+    assert api.calls[0][2] == {"token": "hf_test_token", "private": True, "repo_type": "model", "exist_ok": True}
+    assert api.calls[1][2]["branch"] == "v1"
+    upload = api.calls[2][2]
+    assert upload["folder_path"] == hub_folder
+    assert (upload["revision"], upload["create_pr"], upload["token"]) == ("v1", False, "hf_test_token")
+    assert upload["allow_patterns"] == sorted(path.name for path in hub_folder.iterdir())
+    assert {"model.safetensors", "config.json", "README.md", "modeling_adaptive_entmax_marian.py"} <= set(
+        upload["allow_patterns"]
+    )
+
+
+def test_a_pull_request_returns_its_url(hub_folder, online):
+    api = FakeHfApi()
+    url = push_folder(hub_folder, "someone/model", create_pr=True, api=api, check_load=False)
+    assert url == "https://huggingface.co/someone/model/discussions/1"
+    assert [name for name, _, _ in api.calls] == ["create_repo", "upload_folder"]  # no branch for a PR
+    assert api.calls[1][2]["create_pr"] is True
+
+
+def test_refuses_a_folder_with_pickle_files(hub_folder, tmp_path, online):
+    folder = shutil.copytree(hub_folder, tmp_path / "hub")
+    (folder / "training_args.bin").write_bytes(b"pickle")
+    api = FakeHfApi()
+    with pytest.raises(HfEntmaxValueError, match=r"pickle files \(training_args.bin\)"):
+        push_folder(folder, "someone/model", api=api)
+    assert api.calls == []
+
+
+def test_refuses_a_folder_that_does_not_load_without_hf_entmax(hub_folder, tmp_path, online):
+    folder = shutil.copytree(hub_folder, tmp_path / "hub")
+    (folder / "entmax.py").unlink()  # the modeling file imports it
+    api = FakeHfApi()
+    with pytest.raises(HfEntmaxValueError, match=r"refusing to upload: .* does not load without hf_entmax") as error:
+        push_folder(folder, "someone/model", api=api)
+    assert "\n" not in str(error.value)
+    assert api.calls == []
+
+
+def test_offline_is_a_one_line_error(hub_folder, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["push", str(hub_folder), "--repo_id", "someone/model"]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "HF_HUB_OFFLINE=1" in error
+
+
+def test_no_token_is_a_one_line_error_that_says_how_to_log_in(hub_folder, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for variable in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    assert main(["push", str(hub_folder), "--repo_id", "someone/model"]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no Hugging Face token found" in error and "hf auth login" in error
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_rejected_token_is_a_one_line_error(hub_folder, online, status):
+    api = FakeHfApi(upload_error=http_error(status))
+    with pytest.raises(HfEntmaxError, match=f"the Hub rejected the token \\(HTTP {status}\\)") as error:
+        push_folder(hub_folder, "someone/model", api=api, check_load=False)
+    assert "\n" not in str(error.value)
+
+
+def test_unreachable_hub_and_other_http_errors_are_one_line_errors(hub_folder, online):
+    with pytest.raises(HfEntmaxError, match="could not reach the Hub"):
+        push_folder(
+            hub_folder, "someone/model", api=FakeHfApi(ConnectionError("Name resolution failed")), check_load=False
+        )
+    with pytest.raises(HfEntmaxError, match="the Hub answered HTTP 500"):
+        push_folder(hub_folder, "someone/model", api=FakeHfApi(http_error(500)), check_load=False)
+
+
+def test_push_command_reports_the_commit(hub_folder, online, monkeypatch, capsys):
+    api = FakeHfApi()
+    monkeypatch.setattr("hf_entmax.conversion.push.HfApi", lambda: api)
+    monkeypatch.setattr("hf_entmax.conversion.push.check_folder_loads", lambda folder: 0.0)  # tested above
+    assert main(["push", str(hub_folder), "--repo_id", "someone/model", "--private", "--create_pr"]) == 0
+    assert (
+        capsys.readouterr().out
+        == f"Pushed {hub_folder} to someone/model: https://huggingface.co/someone/model/discussions/1\n"
+    )
+    assert api.calls[0][2]["private"] is True and api.calls[-1][2]["create_pr"] is True
