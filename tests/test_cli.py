@@ -1,7 +1,10 @@
 import json
 
+import pytest
+
 from hf_entmax.cli import main
 from hf_entmax.commands import demo
+from hf_entmax.commands.hub_folder import read_sentences
 from hf_entmax.commands.train import parse_arguments
 
 
@@ -44,3 +47,15 @@ def test_demo_trains_evaluates_and_translates_through_the_remote_code_pipeline(t
     assert "encoder_self layer 1:" in printed
     assert printed.count("(reference: ") == 3
     assert json.loads((output / "training_summary.json").read_text())["global_step"] == 2
+
+
+def test_sentence_files_are_read_and_their_errors_name_the_flag(tmp_path):
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("ein hund\n\n  zwei katzen  \n")
+    assert read_sentences(str(sentences), "--sparsity_sentences") == ["ein hund", "zwei katzen"]
+    assert read_sentences(None, "--sparsity_sentences") is None
+    (tmp_path / "empty.txt").write_text("\n \n")
+    with pytest.raises(ValueError, match=r"--sparsity_sentences .*empty\.txt: the file has no sentences"):
+        read_sentences(str(tmp_path / "empty.txt"), "--sparsity_sentences")
+    with pytest.raises(FileNotFoundError, match=r"--sparsity_sentences .*missing\.txt: no such file"):
+        read_sentences(str(tmp_path / "missing.txt"), "--sparsity_sentences")

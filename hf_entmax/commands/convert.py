@@ -9,13 +9,11 @@ this on a few sentences before writing and says so. Fine-tune it afterwards with
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from ..conversion.convert import convert_marian
-from ..conversion.export import check_folder_loads
-from ..errors import HfEntmaxFileNotFoundError
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
 from ..training.arguments import parse_alpha_init
+from .hub_folder import add_hub_folder_arguments, check_written_folder, read_sentences
 
 
 HELP = "convert a MarianMT checkpoint (folder or Hub id) into an AdaptiveEntmaxMarian Hub-ready folder"
@@ -63,26 +61,7 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source_lang", default=None, help="Source language code for the model card.")
     parser.add_argument("--target_lang", default=None, help="Target language code for the model card.")
     parser.add_argument("--base_model", default=None, help="Hub id of the source, for the card (if --model is local).")
-    parser.add_argument("--repo_id", default=None, help="The repo id you will push to, for the card's usage example.")
-    parser.add_argument("--max_shard_size", default="2GB", help="Write several safetensors shards above this size.")
-    parser.add_argument(
-        "--check_load",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="After writing, load the folder in a fresh process without hf_entmax and compare outputs.",
-    )
-
-
-def read_sentences(path: str | None) -> list[str] | None:
-    if path is None:
-        return None
-    try:
-        sentences = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except FileNotFoundError:
-        raise HfEntmaxFileNotFoundError(f"--check_sentences {path}: no such file") from None
-    if not sentences:
-        raise HfEntmaxFileNotFoundError(f"--check_sentences {path}: the file has no sentences")
-    return sentences
+    add_hub_folder_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         alpha_max=args.alpha_max,
         **{f"{kind}_learn_alpha": getattr(args, f"{kind}_learn_alpha") for kind in ATTENTION_TYPES},
         allow_pickle=args.allow_pickle,
-        check_sentences=read_sentences(args.check_sentences),
+        check_sentences=read_sentences(args.check_sentences, "--check_sentences"),
         source_lang=args.source_lang,
         target_lang=args.target_lang,
         base_model=args.base_model,
@@ -108,9 +87,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(report.summary())
     print(f"Saved to {args.output} (safetensors only; loads with trust_remote_code=True).")
-    if args.check_load:
-        check_folder_loads(args.output)
-        print("Checked: the folder loads in a fresh process without hf_entmax and gives identical outputs.")
+    check_written_folder(args)
     return 0
 
 

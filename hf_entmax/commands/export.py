@@ -14,13 +14,13 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from ..conversion.export import check_folder_loads, export_hub_folder
+from ..conversion.export import export_hub_folder
 from ..conversion.model_card import ModelCardInfo, measure_attention_sparsity
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..training.run import SUMMARY_FILE
-from .convert import read_sentences
+from .hub_folder import add_hub_folder_arguments, check_written_folder, read_sentences
 
 
 HELP = "write an AdaptiveEntmaxMarian model folder as a Hub-ready folder with a model card"
@@ -29,7 +29,6 @@ HELP = "write an AdaptiveEntmaxMarian model folder as a Hub-ready folder with a 
 def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="An AdaptiveEntmaxMarian folder (e.g. from hf-entmax train).")
     parser.add_argument("--output", required=True, help="The Hub-ready folder to write.")
-    parser.add_argument("--repo_id", default=None, help="The repo id you will push to, for the card's usage example.")
     parser.add_argument("--source_lang", default=None, help="Source language code (default: the training summary's).")
     parser.add_argument("--target_lang", default=None, help="Target language code (default: the training summary's).")
     parser.add_argument("--license", default="apache-2.0", help="License id for the card metadata.")
@@ -40,13 +39,7 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="A text file of source sentences: measure the share of exact zeros in attention on them, for the card.",
     )
-    parser.add_argument("--max_shard_size", default="2GB", help="Write several safetensors shards above this size.")
-    parser.add_argument(
-        "--check_load",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="After writing, load the folder in a fresh process without hf_entmax and compare outputs.",
-    )
+    add_hub_folder_arguments(parser)
 
 
 def load_exportable_model(folder: Path) -> AdaptiveEntmaxMarianMTModel:
@@ -86,13 +79,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         card = ModelCardInfo(**overrides)
     if args.sparsity_sentences:
-        card.mean_sparsity = measure_attention_sparsity(model, tokenizer, read_sentences(args.sparsity_sentences))
+        card.mean_sparsity = measure_attention_sparsity(
+            model, tokenizer, read_sentences(args.sparsity_sentences, "--sparsity_sentences")
+        )
 
     export_hub_folder(model, tokenizer, args.output, card=card, max_shard_size=args.max_shard_size)
     print(f"Wrote the Hub-ready folder {args.output} (model card: {Path(args.output) / 'README.md'}).")
-    if args.check_load:
-        check_folder_loads(args.output)
-        print("Checked: the folder loads in a fresh process without hf_entmax and gives identical outputs.")
+    check_written_folder(args)
     return 0
 
 

@@ -1,0 +1,39 @@
+"""What the commands that write a Hub-ready folder (`convert`, `export`) share: flags, inputs, the final check."""
+
+import argparse
+from pathlib import Path
+
+from ..conversion.export import check_folder_loads
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+
+
+def add_hub_folder_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--repo_id``, ``--max_shard_size`` and ``--check_load/--no-check_load``."""
+    parser.add_argument("--repo_id", default=None, help="The repo id you will push to, for the card's usage example.")
+    parser.add_argument("--max_shard_size", default="2GB", help="Write several safetensors shards above this size.")
+    parser.add_argument(
+        "--check_load",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="After writing, load the folder in a fresh process without hf_entmax and compare outputs.",
+    )
+
+
+def read_sentences(path: str | None, flag: str) -> list[str] | None:
+    """The non-empty lines of the text file given with ``flag``, or None when the flag was not given."""
+    if path is None:
+        return None
+    try:
+        sentences = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise HfEntmaxFileNotFoundError(f"{flag} {path}: no such file") from None
+    if not sentences:
+        raise HfEntmaxValueError(f"{flag} {path}: the file has no sentences (expected one sentence a line)")
+    return sentences
+
+
+def check_written_folder(args: argparse.Namespace) -> None:
+    """Unless ``--no-check_load``: prove the folder in ``args.output`` loads without hf_entmax, and say so."""
+    if args.check_load:
+        check_folder_loads(args.output)
+        print("Checked: the folder loads in a fresh process without hf_entmax and gives identical outputs.")
