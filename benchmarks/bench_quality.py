@@ -33,6 +33,9 @@ def main() -> None:
     parser.add_argument("--max_steps", type=int, default=1200)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--learning_rate", type=float, default=1e-3)
+    parser.add_argument(
+        "--alpha_learning_rate", type=float, default=1e-2, help="learning rate of the α logits (adaptive variant)"
+    )
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument(
         "--tokenizer_name", default=None, help="reuse this tokenizer (default: train one in the first variant's run)"
@@ -53,7 +56,11 @@ def main() -> None:
     for name in arguments.variants:
         output_dir = Path(arguments.output_dir) / name.split()[0].replace("α", "alpha")
         model_args = ModelArguments(
-            model_size="small", vocab_size=8000, tokenizer_name=shared_tokenizer, **VARIANTS[name]
+            model_size="small",
+            vocab_size=8000,
+            tokenizer_name=shared_tokenizer,
+            alpha_learning_rate=arguments.alpha_learning_rate,
+            **VARIANTS[name],
         )
         training_args = Seq2SeqTrainingArguments(
             output_dir=str(output_dir),

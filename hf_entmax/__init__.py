@@ -1,5 +1,6 @@
 """hf_entmax: adaptively sparse attention (learnable per-head α-entmax) for Hugging Face models."""
 
+from .analysis import ModelAnalysis, analyze_model
 from .modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from .modeling.entmax import entmax, entmax15, sparsemax
 from .modeling.modeling_adaptive_entmax_marian import (
@@ -20,7 +21,9 @@ __all__ = [
     "AdaptiveEntmaxMarianMTModel",
     "AdaptiveEntmaxMarianModel",
     "AdaptiveEntmaxMarianPreTrainedModel",
+    "ModelAnalysis",
     "TranslationPipeline",
+    "analyze_model",
     "entmax",
     "entmax15",
     "register_auto_classes",

@@ -4,11 +4,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .commands import convert, demo, export, push, train
+from .commands import analyze, convert, demo, export, push, train
 from .errors import HfEntmaxError
 
 
-SUBCOMMANDS = {"train": train, "demo": demo, "convert": convert, "export": export, "push": push}
+SUBCOMMANDS = {
+    "train": train,
+    "demo": demo,
+    "convert": convert,
+    "export": export,
+    "push": push,
+    "analyze": analyze,
+}
 
 
 def usage() -> str:

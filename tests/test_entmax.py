@@ -1,10 +1,16 @@
-"""Tests for the α-entmax functions, checked against the paper authors' ``entmax`` package."""
+"""Tests for the α-entmax functions, checked against the paper authors' ``entmax`` package.
+
+Every test runs twice: through the native CPU kernel (where it builds) and through the PyTorch implementation
+that a model loaded from the Hub without hf_entmax uses.
+"""
 
 import entmax as entmax_ref
 import pytest
 import torch
 from torch.autograd import gradcheck
 
+from hf_entmax.kernels.cpu import kernel_available
+from hf_entmax.modeling import entmax as entmax_module
 from hf_entmax.modeling.entmax import (
     Entmax15Function,
     EntmaxFunction,
@@ -64,6 +70,15 @@ def masked(scores: torch.Tensor, mask: torch.Tensor, value: float) -> torch.Tens
 
 def mask_value(name: str, dtype: torch.dtype) -> float:
     return NEG_INF if name == "-inf" else torch.finfo(dtype).min
+
+
+@pytest.fixture(autouse=True, params=["native", "pytorch"])
+def implementation(request, monkeypatch):
+    if request.param == "pytorch":
+        monkeypatch.setattr(entmax_module, "native_entmax", None)
+    elif not kernel_available():
+        pytest.skip("the native CPU kernel could not be built on this machine")
+    return request.param
 
 
 # --- gradients: finite differences ---------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 The folder gets safetensors weights (sharded above --max_shard_size), config.json with auto_map and the
 translation pipeline, the flat modeling files, tokenizer, generation config and a model card. The card takes
 languages, data, BLEU/chrF (into the `model-index` metadata) and hyper-parameters from the model folder's
-training_summary.json when there is one.
+training_summary.json when there is one, and the head analysis (summary, findings, figures) from an
+`hf-entmax analyze` output given with --analysis.
 """
 
 import argparse
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from ..analysis.report import model_card_section
 from ..conversion.export import export_hub_folder
 from ..conversion.model_card import ModelCardInfo, measure_attention_sparsity
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
@@ -38,6 +40,11 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
         "--sparsity_sentences",
         default=None,
         help="A text file of source sentences: measure the share of exact zeros in attention on them, for the card.",
+    )
+    parser.add_argument(
+        "--analysis",
+        default=None,
+        help="An `hf-entmax analyze --output` folder of this model: the card gets its summary, findings and figures.",
     )
     add_hub_folder_arguments(parser)
 
@@ -83,7 +90,13 @@ def run(args: argparse.Namespace) -> int:
             model, tokenizer, read_sentences(args.sparsity_sentences, "--sparsity_sentences")
         )
 
-    export_hub_folder(model, tokenizer, args.output, card=card, max_shard_size=args.max_shard_size)
+    figures = {}
+    if args.analysis:
+        card.analysis, figures = model_card_section(args.analysis, model.get_alphas())
+
+    export_hub_folder(
+        model, tokenizer, args.output, card=card, max_shard_size=args.max_shard_size, extra_files=figures
+    )
     print(f"Wrote the Hub-ready folder {args.output} (model card: {Path(args.output) / 'README.md'}).")
     check_written_folder(args)
     return 0

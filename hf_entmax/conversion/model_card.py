@@ -62,6 +62,8 @@ class ModelCardInfo:
         training_data: A sentence describing the training data.
         hyperparameters: Training hyper-parameters, listed as they are.
         mean_sparsity: Fraction of exactly-zero attention probabilities per attention type, if measured.
+        analysis: Markdown of the card's attention analysis section (from an `hf-entmax analyze` report, see
+            `hf_entmax.analysis.report.model_card_section`), if any.
         tags: Tags added to the default ones (`entmax`, `sparse-attention`, …).
     """
 
@@ -76,6 +78,7 @@ class ModelCardInfo:
     training_data: str | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     mean_sparsity: dict[str, float] | None = None
+    analysis: str | None = None
     tags: list[str] = field(default_factory=list)
 
     @classmethod
@@ -169,6 +172,7 @@ def render_model_card(model: AdaptiveEntmaxMarianMTModel, info: ModelCardInfo) -
         example=EXAMPLE_SENTENCES.get(info.source_lang or "", EXAMPLE_SENTENCES["en"]),
         alpha_tables=alpha_tables(model),
         sparsity_table=sparsity_table(info.mean_sparsity),
+        analysis=info.analysis,
         results_table=results_table(info.eval_results),
         training_data=info.training_data,
         hyperparameters=info.hyperparameters,

@@ -18,6 +18,12 @@ This file is copied to the Hub next to the model, so it needs nothing but torch.
 import torch
 
 
+try:  # With hf_entmax installed, CPU tensors go to its native kernel; this file alone uses PyTorch below.
+    from hf_entmax.kernels.cpu import native_entmax
+except ImportError:
+    native_entmax = None
+
+
 # Newton from the left converges monotonically; this bound is a safety net, not a budget.
 _MAX_NEWTON_STEPS = 50
 # Scores below ``row max − 1e30`` can never be in the support, and clamping them keeps every
@@ -280,9 +286,11 @@ def entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int = -1) -> 
     """
     dim = _normalize_dim(dim, scores.dim())
     _check_alpha(alpha, scores, dim)
+    if not isinstance(alpha, torch.Tensor) and alpha == 1.0:
+        return _softmax(scores, dim)
+    if native_entmax is not None and (probs := native_entmax(scores, alpha, dim)) is not None:
+        return probs
     if not isinstance(alpha, torch.Tensor):
-        if alpha == 1.0:
-            return _softmax(scores, dim)
         alpha = torch.tensor(alpha, dtype=_compute_dtype(scores.dtype), device=scores.device)
     return EntmaxFunction.apply(scores, alpha, dim)
 
@@ -290,14 +298,21 @@ def entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int = -1) -> 
 def sparsemax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Sparsemax (α = 2 entmax): the Euclidean projection of ``scores`` onto the simplex.
 
-    Exact (sort-based). Masking, dtypes and shapes as in :func:`entmax`.
+    Exact (sort-based; the native kernel's Newton iteration is exact for it too). Masking, dtypes and shapes
+    as in :func:`entmax`.
     """
-    return SparsemaxFunction.apply(scores, _normalize_dim(dim, scores.dim()))
+    dim = _normalize_dim(dim, scores.dim())
+    if native_entmax is not None and (probs := native_entmax(scores, 2.0, dim)) is not None:
+        return probs
+    return SparsemaxFunction.apply(scores, dim)
 
 
 def entmax15(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """1.5-entmax of ``scores`` along ``dim``, exact (sort-based). As :func:`entmax` with α = 1.5."""
-    return Entmax15Function.apply(scores, _normalize_dim(dim, scores.dim()))
+    dim = _normalize_dim(dim, scores.dim())
+    if native_entmax is not None and (probs := native_entmax(scores, 1.5, dim)) is not None:
+        return probs
+    return Entmax15Function.apply(scores, dim)
 
 
 __all__ = ["entmax", "entmax15", "sparsemax"]

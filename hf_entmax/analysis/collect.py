@@ -1,0 +1,402 @@
+"""Run a model over a sample of sentence pairs and gather the per-head statistics of `statistics`.
+
+The decoder is teacher-forced: on the reference translations when they are given, otherwise on the model's own
+greedy translations (generated first), so decoder self-attention and cross-attention are those of real outputs.
+"""
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import MarianMTModel, PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.models.marian.modeling_marian import shift_tokens_right
+
+from ..errors import HfEntmaxValueError
+from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
+from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianPreTrainedModel
+from .inputs import load_analysable_model, read_alpha_history
+from .statistics import (
+    allowed_keys,
+    attention_density,
+    head_divergence,
+    mass_per_token,
+    offset_mass,
+    same_word_mass,
+    word_ids,
+)
+
+
+SELF_ATTENTION_TYPES = ("encoder_self", "decoder_self")
+LAYER_STATISTICS = ("density", "js_divergence")
+# Positions and words are those of the query's own sequence: these exist in self-attention only.
+SELF_ATTENTION_STATISTICS = ("previous_token_mass", "next_token_mass", "same_word_mass")
+# How many of the most attended tokens are kept per head.
+TOP_TOKENS = 3
+
+
+@dataclass
+class AttentionTypeStatistics:
+    """The numbers of one attention type (encoder self, decoder self or cross) of one model.
+
+    Attributes:
+        alpha: ``(layers, heads)`` α of each head (1 for softmax).
+        density: ``(layers, heads)`` mean fraction of non-zero weights per query, among the keys it may attend to.
+        js_divergence: ``(layers,)`` mean Jensen–Shannon divergence between the layer's heads, in bits.
+        previous_token_mass, next_token_mass: ``(layers, heads)`` mean probability on the key one position
+            before / after the query; self-attention only (None for cross-attention); NaN where never defined
+            (next token in decoder self-attention).
+        same_word_mass: ``(layers, heads)`` mean probability on the other subword pieces of the query's word;
+            self-attention only.
+        top_tokens: ``[layer][head]`` → the most attended tokens as ``(token, share of the head's attention)``.
+    """
+
+    alpha: torch.Tensor
+    density: torch.Tensor
+    js_divergence: torch.Tensor
+    previous_token_mass: torch.Tensor | None
+    next_token_mass: torch.Tensor | None
+    same_word_mass: torch.Tensor | None
+    top_tokens: list[list[list[tuple[str, float]]]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists for JSON: NaN becomes None."""
+        result: dict[str, Any] = {}
+        for name in ("alpha", "density", "js_divergence", "previous_token_mass", "next_token_mass", "same_word_mass"):
+            values = getattr(self, name)
+            result[name] = None if values is None else _nan_to_none(values.tolist())
+        result["top_tokens"] = [
+            [[{"token": token, "share": share} for token, share in head] for head in layer]
+            for layer in self.top_tokens
+        ]
+        return result
+
+
+@dataclass
+class AttentionExample:
+    """The attention of every head on one sentence pair, for attention maps.
+
+    Attributes:
+        source_tokens: The ``S`` source pieces (with ``</s>``).
+        target_tokens: The ``T`` decoder input pieces (the start token, then the translation without its last piece).
+        attentions: ``{"encoder_self": (layers, heads, S, S), "decoder_self": (layers, heads, T, T),
+            "cross": (layers, heads, T, S)}``.
+    """
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    attentions: dict[str, torch.Tensor]
+
+    def axis_tokens(self, kind: str) -> tuple[list[str], list[str]]:
+        """``(query tokens, key tokens)`` of one attention type."""
+        queries = self.source_tokens if kind == "encoder_self" else self.target_tokens
+        keys = self.target_tokens if kind == "decoder_self" else self.source_tokens
+        return queries, keys
+
+
+@dataclass
+class ModelAnalysis:
+    """What `analyze_model` found about one model's heads.
+
+    Attributes:
+        name: Short name used in tables and figures (the folder name by default).
+        model_type: ``"adaptive_entmax_marian"`` or ``"marian"`` (softmax).
+        num_sentences: Size of the sample.
+        decoder_inputs: ``"references"`` (teacher-forced on the given targets) or ``"greedy translations"``.
+        attention: The statistics per attention type (``"encoder_self"``, ``"decoder_self"``, ``"cross"``).
+        alpha_history: α per head at every logged training step (``alpha_history.json``), if known.
+        examples: Attention of a few sentence pairs, for attention maps.
+        source: The folder the model was loaded from, if any.
+    """
+
+    name: str
+    model_type: str
+    num_sentences: int
+    decoder_inputs: str
+    attention: dict[str, AttentionTypeStatistics]
+    alpha_history: list[dict] | None = None
+    examples: list[AttentionExample] = field(default_factory=list)
+    source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The numbers as plain JSON-ready data (the examples' attention tensors are left out)."""
+        return {
+            "name": self.name,
+            "model_type": self.model_type,
+            "source": self.source,
+            "num_sentences": self.num_sentences,
+            "decoder_inputs": self.decoder_inputs,
+            "attention": {kind: statistics.to_dict() for kind, statistics in self.attention.items()},
+            "alpha_history": self.alpha_history,
+        }
+
+
+def analyze_model(
+    model: str | os.PathLike | PreTrainedModel,
+    sources: list[str],
+    targets: list[str] | None = None,
+    *,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    name: str | None = None,
+    batch_size: int = 16,
+    max_length: int = 128,
+    num_examples: int = 3,
+    progress: bool = True,
+) -> ModelAnalysis:
+    """Measure what every attention head does on a sample of sentences (Correia et al. 2019, Section 5).
+
+    Per attention type, layer and head: α, attention density, previous/next-token and same-word mass, the
+    most attended tokens; per layer: the Jensen–Shannon divergence between heads.
+
+    Args:
+        model: An AdaptiveEntmaxMarian or plain Marian (softmax) model, or the folder of one (then α over
+            training is read from its ``alpha_history.json`` when there is one). A Marian model object must use
+            eager attention (``attn_implementation="eager"``), the one that returns attention probabilities.
+        sources: Source sentences.
+        targets: Their reference translations; without them the decoder reads the model's greedy translations.
+        tokenizer: The model's tokenizer (loaded from the folder when ``model`` is a folder).
+        name: Name in tables and figures (default: the folder name, else the model class).
+        batch_size: Sentences per forward pass.
+        max_length: Longest source, reference or generated translation, in tokens.
+        num_examples: How many of the first sentence pairs keep their attention, for attention maps.
+        progress: Show a progress bar over the sample.
+
+    Returns:
+        The numbers, as a `ModelAnalysis`.
+
+    Raises:
+        HfEntmaxValueError: For an empty sample, targets of another length than sources, or a model that is not
+            an AdaptiveEntmaxMarian or Marian model.
+    """
+    source_folder = None
+    if isinstance(model, (str, os.PathLike)):
+        source_folder = Path(model)
+        model, tokenizer = load_analysable_model(source_folder)
+    elif tokenizer is None:
+        raise HfEntmaxValueError("analyze_model needs the model's tokenizer when given a model object")
+    if not isinstance(model, (AdaptiveEntmaxMarianPreTrainedModel, MarianMTModel)):
+        raise HfEntmaxValueError(f"expected an AdaptiveEntmaxMarian or Marian model, got {type(model).__name__}")
+    is_softmax_marian = not isinstance(model, AdaptiveEntmaxMarianPreTrainedModel)
+    if is_softmax_marian and model.config._attn_implementation != "eager":
+        raise HfEntmaxValueError(
+            f"this Marian model uses {model.config._attn_implementation!r} attention, which returns no attention "
+            'probabilities: load it with attn_implementation="eager"'
+        )
+    if not sources:
+        raise HfEntmaxValueError("no source sentences to analyse")
+    if targets is not None and len(targets) != len(sources):
+        raise HfEntmaxValueError(f"got {len(sources)} source sentences but {len(targets)} targets")
+
+    name = name or (source_folder.resolve().name if source_folder else type(model).__name__)
+    was_training = model.training
+    model.eval()
+    try:
+        collector = _Collector(model, tokenizer, num_examples)
+        with tqdm(total=len(sources), desc=f"Analysing {name}", unit="sentence", disable=not progress) as bar:
+            for start in range(0, len(sources), batch_size):
+                batch_targets = None if targets is None else targets[start : start + batch_size]
+                collector.add_batch(sources[start : start + batch_size], batch_targets, max_length)
+                bar.update(len(sources[start : start + batch_size]))
+    finally:
+        model.train(was_training)
+
+    return ModelAnalysis(
+        name=name,
+        model_type=model.config.model_type,
+        num_sentences=len(sources),
+        decoder_inputs="greedy translations" if targets is None else "references",
+        attention=collector.results(model_alphas(model)),
+        alpha_history=read_alpha_history(source_folder) if source_folder else None,
+        examples=collector.examples,
+        source=str(source_folder) if source_folder else None,
+    )
+
+
+def model_alphas(model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """α per attention type, ``(layers, heads)`` each; a Marian model's heads are softmax heads, α = 1."""
+    if isinstance(model, AdaptiveEntmaxMarianPreTrainedModel):
+        return model.get_alphas()
+    return {kind: torch.ones(layers_and_heads(model.config, kind)) for kind in ATTENTION_TYPES}
+
+
+def layers_and_heads(config: PreTrainedConfig, kind: str) -> tuple[int, int]:
+    """``(layers, heads)`` of one attention type of a Marian-style config."""
+    if kind == "encoder_self":
+        return config.encoder_layers, config.encoder_attention_heads
+    return config.decoder_layers, config.decoder_attention_heads
+
+
+class _Sum:
+    """A running sum of per-query values and of how many queries counted, for one layer."""
+
+    def __init__(self) -> None:
+        self.total = torch.zeros((), dtype=torch.float64)
+        self.count = torch.zeros((), dtype=torch.float64)
+
+    def add(self, values: torch.Tensor, counted: torch.Tensor) -> None:
+        """``values`` ``(B, H, Q)`` or ``(B, Q)``; ``counted`` ``(B, Q)``."""
+        weights = counted[:, None] if values.dim() == 3 else counted  # broadcast over heads
+        dims = (0, 2) if values.dim() == 3 else (0, 1)
+        self.total = self.total + (values.double() * weights).sum(dims).cpu()
+        self.count = self.count + weights.sum(dims).double().cpu()
+
+    def mean(self) -> torch.Tensor:
+        return (self.total / self.count).float()  # NaN where no query counted
+
+
+class _Collector:
+    """Accumulates the statistics of every layer over batches, and the attention of the first examples."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, num_examples: int) -> None:
+        self.model, self.tokenizer, self.num_examples = model, tokenizer, num_examples
+        config = model.config
+        self.vocab_size = max(config.vocab_size, getattr(config, "decoder_vocab_size", None) or 0, len(tokenizer))
+        special_ids = {config.pad_token_id, config.eos_token_id, config.decoder_start_token_id}
+        self.special_tokens = set(tokenizer.all_special_tokens) | set(
+            tokenizer.convert_ids_to_tokens([token_id for token_id in special_ids if token_id is not None])
+        )
+        shapes = {kind: layers_and_heads(config, kind) for kind in ATTENTION_TYPES}
+        self.sums = {
+            kind: {name: [_Sum() for _ in range(shapes[kind][0])] for name in _statistics_of(kind)}
+            for kind in ATTENTION_TYPES
+        }
+        # Per layer: (heads, vocabulary) attention mass received by each token type.
+        self.token_mass = {
+            kind: torch.zeros(*shapes[kind], self.vocab_size, dtype=torch.float64) for kind in ATTENTION_TYPES
+        }
+        self.examples: list[AttentionExample] = []
+
+    @torch.no_grad()
+    def add_batch(self, sources: list[str], targets: list[str] | None, max_length: int) -> None:
+        model, tokenizer, config = self.model, self.tokenizer, self.model.config
+        # Positions beyond the position embeddings do not exist (the start token takes one more).
+        max_length = min(max_length, config.max_position_embeddings - 1)
+        encoded = dict(tokenizer(sources, return_tensors="pt", padding=True, truncation=True, max_length=max_length))
+        inputs = {key: encoded[key].to(model.device) for key in ("input_ids", "attention_mask")}
+        if targets is not None:
+            labels = tokenizer(
+                text_target=targets, return_tensors="pt", padding=True, truncation=True, max_length=max_length
+            ).to(model.device)
+            target_mask = labels["attention_mask"].bool()  # (B, T)
+            decoder_input_ids = shift_tokens_right(
+                labels["input_ids"], config.pad_token_id, config.decoder_start_token_id
+            )
+        else:
+            generated = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=max_length)
+            decoder_input_ids, next_tokens = generated[:, :-1], generated[:, 1:]  # (B, T)
+            # Positions after the first end-of-sequence token are padding.
+            is_eos = (next_tokens == config.eos_token_id).long()
+            target_mask = (is_eos.cumsum(-1) - is_eos) == 0  # (B, T)
+        outputs = model(
+            **inputs,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=target_mask.long(),
+            output_attentions=True,
+            use_cache=False,
+        )
+
+        source_mask = inputs["attention_mask"].bool()  # (B, S)
+        allowed = {
+            "encoder_self": allowed_keys(source_mask, source_mask),  # (B, S, S)
+            "decoder_self": allowed_keys(target_mask, target_mask, causal=True),  # (B, T, T)
+            "cross": allowed_keys(target_mask, source_mask),  # (B, T, S)
+        }
+        key_ids = {
+            "encoder_self": inputs["input_ids"],
+            "decoder_self": decoder_input_ids,
+            "cross": inputs["input_ids"],
+        }
+        words = {
+            "encoder_self": self._word_ids(inputs["input_ids"]),
+            "decoder_self": self._word_ids(decoder_input_ids),
+        }
+        attentions = {
+            "encoder_self": outputs.encoder_attentions,
+            "decoder_self": outputs.decoder_attentions,
+            "cross": outputs.cross_attentions,
+        }
+        for kind, layers in attentions.items():
+            sums = self.sums[kind]
+            for layer, attention in enumerate(layers):  # attention: (B, H, Q, K)
+                attention = attention.float()
+                sums["density"][layer].add(*attention_density(attention, allowed[kind]))
+                sums["js_divergence"][layer].add(*head_divergence(attention, allowed[kind]))
+                if kind in SELF_ATTENTION_TYPES:
+                    sums["previous_token_mass"][layer].add(*offset_mass(attention, allowed[kind], -1))
+                    sums["next_token_mass"][layer].add(*offset_mass(attention, allowed[kind], 1))
+                    sums["same_word_mass"][layer].add(*same_word_mass(attention, allowed[kind], words[kind]))
+                mass = mass_per_token(attention, allowed[kind], key_ids[kind], self.vocab_size).cpu()  # (H, V)
+                self.token_mass[kind][layer] += mass
+
+        for row in range(len(sources)):
+            if len(self.examples) >= self.num_examples:
+                break
+            source_row, target_row = source_mask[row], target_mask[row]
+            crops = {"encoder_self": (source_row, source_row), "decoder_self": (target_row, target_row),
+                     "cross": (target_row, source_row)}  # fmt: skip
+            self.examples.append(
+                AttentionExample(
+                    source_tokens=tokenizer.convert_ids_to_tokens(inputs["input_ids"][row][source_row].tolist()),
+                    target_tokens=tokenizer.convert_ids_to_tokens(decoder_input_ids[row][target_row].tolist()),
+                    attentions={
+                        kind: torch.stack([layer[row][:, crops[kind][0]][:, :, crops[kind][1]] for layer in layers])
+                        .float()
+                        .cpu()
+                        for kind, layers in attentions.items()
+                    },  # (layers, heads, Q, K)
+                )
+            )
+
+    def _word_ids(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """``(B, L)`` token ids → ``(B, L)`` word index of each piece, −1 for special tokens and padding."""
+        rows = [word_ids(self.tokenizer.convert_ids_to_tokens(row), self.special_tokens) for row in token_ids.tolist()]
+        return torch.tensor(rows, dtype=torch.long, device=token_ids.device)
+
+    def results(self, alphas: dict[str, torch.Tensor]) -> dict[str, AttentionTypeStatistics]:
+        results = {}
+        for kind in ATTENTION_TYPES:
+            sums = self.sums[kind]
+            stacked = {name: torch.stack([total.mean() for total in layers]) for name, layers in sums.items()}
+            queries = torch.stack([total.count.reshape(()) for total in sums["density"]])  # (layers,)
+            top_tokens = []
+            for layer, mass in enumerate(self.token_mass[kind]):
+                shares = mass / queries[layer]  # (H, V)
+                values, indices = shares.topk(min(TOP_TOKENS, shares.shape[-1]), dim=-1)  # (H, k)
+                top_tokens.append(
+                    [
+                        list(zip(self.tokenizer.convert_ids_to_tokens(ids), [round(v, 4) for v in row], strict=True))
+                        for ids, row in zip(indices.tolist(), values.tolist(), strict=True)
+                    ]
+                )
+            results[kind] = AttentionTypeStatistics(
+                alpha=alphas[kind].float(),
+                density=stacked["density"],
+                js_divergence=stacked["js_divergence"],
+                previous_token_mass=stacked.get("previous_token_mass"),
+                next_token_mass=stacked.get("next_token_mass"),
+                same_word_mass=stacked.get("same_word_mass"),
+                top_tokens=top_tokens,
+            )
+        return results
+
+
+def _statistics_of(kind: str) -> tuple[str, ...]:
+    return LAYER_STATISTICS + (SELF_ATTENTION_STATISTICS if kind in SELF_ATTENTION_TYPES else ())
+
+
+def _nan_to_none(values: Any) -> Any:
+    if isinstance(values, list):
+        return [_nan_to_none(value) for value in values]
+    return None if values != values else values  # NaN is the only value unequal to itself
+
+
+__all__ = [
+    "AttentionExample",
+    "AttentionTypeStatistics",
+    "ModelAnalysis",
+    "analyze_model",
+    "layers_and_heads",
+    "model_alphas",
+]

@@ -1,0 +1,471 @@
+"""The report of an analysis: figures, ``report.json`` (every number) and ``report.md`` (tables and findings).
+
+Findings are plain sentences derived from the numbers with the thresholds below, e.g. "2 of 4 encoder
+self-attention heads in layer 0 attend to the previous token: head 1 with 96% of its mass (α 1.93, sparse)".
+`model_card_section` turns a written report into the model card's analysis section.
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..conversion.model_card import ATTENTION_TITLES
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
+from ..training.run import ALPHA_HISTORY_FILE
+from . import plots
+from .collect import AttentionTypeStatistics, ModelAnalysis
+
+
+REPORT_JSON, REPORT_MD = "report.json", "report.md"
+# A head with α above this is called sparse (sparsemax is 2), below NEAR_SOFTMAX_ALPHA nearly dense (softmax is 1).
+SPARSE_ALPHA = 1.8
+NEAR_SOFTMAX_ALPHA = 1.1
+# A head is positional / subword-merging when at least this much of its attention goes to the previous or next
+# token / to the other pieces of the query's word, on average over queries.
+ROLE_MASS = 0.5
+# A head "sends most of its attention to one token" when one token type gets at least this share of it.
+TOKEN_FOCUS_SHARE = 0.5
+# Agreement between the α of a report and of the model whose card shows it.
+CARD_ALPHA_TOLERANCE = 1e-4
+
+FIGURES = {
+    "alpha_histogram": ("alpha_histogram.png", "How many heads have each α, per attention type."),
+    "alpha_heatmap": ("alpha_heatmap.png", "α of every head (layer × head)."),
+    "density_heatmap": (
+        "density_heatmap.png",
+        "Attention density of every head: the mean fraction of the tokens a query may attend to that get a "
+        "non-zero weight (1 = dense, as softmax).",
+    ),
+    "js_divergence": ("js_divergence.png", "Head diversity: mean Jensen–Shannon divergence between heads, per layer."),
+    "alpha_trajectories": ("alpha_trajectories.png", "α of every head over training steps."),
+}
+# The figures a model card shows, in this order.
+CARD_FIGURES = ("alpha_heatmap", "density_heatmap", "js_divergence", "alpha_trajectories")
+# (statistic, what one head does, what several heads do)
+ROLES = (
+    ("previous_token_mass", "attends to the previous token", "attend to the previous token"),
+    ("next_token_mass", "attends to the next token", "attend to the next token"),
+    (
+        "same_word_mass",
+        "merges subwords, attending to the other pieces of the query's word",
+        "merge subwords, attending to the other pieces of the query's word",
+    ),
+)
+# Below this change over training, α counts as unchanged (a fixed α is logged too).
+UNCHANGED_ALPHA = 0.005
+
+
+def write_report(
+    analyses: list[ModelAnalysis], output_dir: str | os.PathLike, *, sample_description: str | None = None
+) -> Path:
+    """Write the figures, ``report.json`` and ``report.md`` of one model, or several compared, into ``output_dir``.
+
+    Args:
+        analyses: What `analyze_model` returned, one per model; the first is the one the report is about.
+        output_dir: The folder to write (created if needed).
+        sample_description: Where the sentences came from, for the report's first lines.
+
+    Returns:
+        The path of ``report.md``.
+    """
+    names = [analysis.name for analysis in analyses]
+    if not analyses or len(set(names)) != len(names):
+        raise HfEntmaxValueError(f"expected one or more models with distinct names, got {names}")
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    figures = {
+        "alpha_histogram": plots.plot_alpha_histograms(analyses, output_dir / FIGURES["alpha_histogram"][0]),
+        "alpha_heatmap": plots.plot_heatmaps(analyses, "alpha", output_dir / FIGURES["alpha_heatmap"][0]),
+        "density_heatmap": plots.plot_heatmaps(analyses, "density", output_dir / FIGURES["density_heatmap"][0]),
+        "js_divergence": plots.plot_js_divergence(analyses, output_dir / FIGURES["js_divergence"][0]),
+        "alpha_trajectories": plots.plot_alpha_trajectories(analyses, output_dir / FIGURES["alpha_trajectories"][0]),
+    }
+    attention_maps = []
+    for analysis in analyses:
+        for index, example in enumerate(analysis.examples):
+            for kind in ATTENTION_TYPES:
+                file = f"attention_{_slug(analysis.name)}_{index}_{kind}.png"
+                title = f"{analysis.name}: {ATTENTION_TITLES[kind]}, sentence {index}"
+                alphas = analysis.attention[kind].alpha.numpy()
+                plots.plot_attention_maps(example, kind, alphas, title, output_dir / file)
+                attention_maps.append({"model": analysis.name, "sentence": index, "attention": kind, "file": file})
+
+    models = [
+        {**analysis.to_dict(), "summary": summarize(analysis), "findings": findings(analysis)} for analysis in analyses
+    ]
+    report = {
+        "sample": sample_description,
+        "definitions": DEFINITIONS,
+        "thresholds": {
+            "sparse_alpha": SPARSE_ALPHA,
+            "near_softmax_alpha": NEAR_SOFTMAX_ALPHA,
+            "role_mass": ROLE_MASS,
+            "token_focus_share": TOKEN_FOCUS_SHARE,
+        },
+        "models": models,
+        "comparison": comparison_findings(models) if len(models) > 1 else [],
+        "figures": {name: path.name for name, path in figures.items() if path is not None},
+        "attention_maps": attention_maps,
+    }
+    (output_dir / REPORT_JSON).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (output_dir / REPORT_MD).write_text(render_markdown(report, analyses), encoding="utf-8")
+    return output_dir / REPORT_MD
+
+
+DEFINITIONS = {
+    "alpha": "α of the head's α-entmax (1 = softmax, 2 = sparsemax); 1 for every head of a softmax model.",
+    "density": "mean over queries of the fraction of the keys a query may attend to (not padding, not future "
+    "tokens) that get a non-zero weight; exact zeros count as zeros.",
+    "js_divergence": "mean over queries of the mean Jensen–Shannon divergence between the layer's pairs of heads, "
+    "in bits (base 2, so in [0, 1]; 0 for identical heads).",
+    "previous_token_mass": "mean probability a query puts on the token just before it (self-attention only).",
+    "next_token_mass": "mean probability a query puts on the token just after it (self-attention only; never "
+    "defined in decoder self-attention, which cannot see the future).",
+    "same_word_mass": "mean probability a query puts on the other subword pieces of its own word, over queries "
+    "whose word has several pieces (self-attention only; a piece starting with ▁ begins a word).",
+    "top_tokens": "the token types that receive the largest share of the head's attention, summed over queries.",
+}
+
+
+def summarize(analysis: ModelAnalysis) -> dict[str, dict[str, Any]]:
+    """Headline numbers per attention type: α range and mean, mean density and JS divergence, role counts."""
+    summary = {}
+    for kind, statistics in analysis.attention.items():
+        alpha = statistics.alpha
+        summary[kind] = {
+            "mean_alpha": round(alpha.mean().item(), 4),
+            "min_alpha": round(alpha.min().item(), 4),
+            "max_alpha": round(alpha.max().item(), 4),
+            "mean_density": round(statistics.density.nanmean().item(), 4),
+            "mean_js_divergence": round(statistics.js_divergence.mean().item(), 4),
+            "heads": alpha.numel(),
+            "sparse_heads": int((alpha > SPARSE_ALPHA).sum()),
+            "positional_heads": len(_role_heads(statistics, "previous_token_mass", "next_token_mass")),
+            "subword_heads": len(_role_heads(statistics, "same_word_mass")),
+        }
+    return summary
+
+
+def findings(analysis: ModelAnalysis) -> list[str]:
+    """Plain sentences about one model's heads, from its numbers and the module's thresholds."""
+    sentences = []
+    for kind, statistics in analysis.attention.items():
+        title, noun = ATTENTION_TITLES[kind], ATTENTION_TITLES[kind].lower()
+        alpha, density = statistics.alpha, statistics.density
+        if bool((alpha == 1).all()):
+            sentences.append(
+                f"{title}: softmax (α = 1 in every head); {_percent(density.nanmean())} of the weights a query may "
+                "use are non-zero."
+            )
+        else:
+            sentences.append(
+                f"{title}: α from {alpha.min():.2f} to {alpha.max():.2f} (mean {alpha.mean():.2f}); a query gives "
+                f"a non-zero weight to {_percent(density.nanmean())} of the tokens it may attend to, on average "
+                "(softmax: 100%)."
+            )
+        num_layers, num_heads = alpha.shape
+        for layer in range(num_layers):
+            where = f"{noun} heads in layer {layer}"
+            sparse = [head for head in range(num_heads) if alpha[layer, head] > SPARSE_ALPHA]
+            if sparse:
+                listed = _join(
+                    f"{head} (α {alpha[layer, head]:.2f}, density {_percent(density[layer, head])})" for head in sparse
+                )
+                sentences.append(
+                    f"{_count(sparse, num_heads)} {where} {_verb(sparse, 'is', 'are')} sparse (α > {SPARSE_ALPHA}): "
+                    f"{_heads(sparse)} {listed}."
+                )
+            dense = [head for head in range(num_heads) if 1 < alpha[layer, head] < NEAR_SOFTMAX_ALPHA]
+            if dense:
+                listed = _join(f"{head} (α {alpha[layer, head]:.2f})" for head in dense)
+                sentences.append(
+                    f"{_count(dense, num_heads)} {where} {_verb(dense, 'is', 'are')} nearly dense "
+                    f"(α < {NEAR_SOFTMAX_ALPHA}): "
+                    f"{_heads(dense)} {listed}."
+                )
+            for statistic, *verbs in ROLES:
+                values = getattr(statistics, statistic)
+                if values is None:
+                    continue
+                heads = [head for head in range(num_heads) if values[layer, head] >= ROLE_MASS]
+                if heads:
+                    listed = _join(
+                        f"head {head} with {_percent(values[layer, head])} of its mass "
+                        f"({_alpha_note(alpha[layer, head])})"
+                        for head in heads
+                    )
+                    sentences.append(f"{_count(heads, num_heads)} {where} {_verb(heads, *verbs)}: {listed}.")
+            focused = [
+                (head, *statistics.top_tokens[layer][head][0])
+                for head in range(num_heads)
+                if statistics.top_tokens[layer][head] and statistics.top_tokens[layer][head][0][1] >= TOKEN_FOCUS_SHARE
+            ]
+            if focused:
+                listed = _join(f"head {head} to {_code(token)} ({_percent(share)})" for head, token, share in focused)
+                sends = _verb(focused, "sends most of its", "send most of their")
+                sentences.append(f"{_count(focused, num_heads)} {where} {sends} attention to one token: {listed}.")
+        divergence = statistics.js_divergence
+        if num_layers > 1:
+            high, low = int(divergence.argmax()), int(divergence.argmin())
+            sentences.append(
+                f"{title}: head diversity (JS divergence between heads) is highest in layer {high} "
+                f"({divergence[high]:.2f} bits) and lowest in layer {low} ({divergence[low]:.2f} bits)."
+            )
+        else:
+            sentences.append(f"{title}: head diversity (JS divergence between heads) is {divergence[0]:.2f} bits.")
+    sentences += _trajectory_findings(analysis)
+    return sentences
+
+
+def comparison_findings(models: list[dict[str, Any]]) -> list[str]:
+    """Sentences that compare the models of a report (``report.json``'s ``models`` entries) per attention type."""
+    sentences = []
+    for kind in ATTENTION_TYPES:
+        summaries = [(model["name"], model["summary"][kind]) for model in models]
+        title = ATTENTION_TITLES[kind]
+        sentences.append(
+            f"{title}, density: "
+            + ", ".join(f"{name} {_percent(summary['mean_density'])}" for name, summary in summaries)
+            + "; head diversity (JS): "
+            + ", ".join(f"{name} {summary['mean_js_divergence']:.2f}" for name, summary in summaries)
+            + " bits; positional heads: "
+            + ", ".join(f"{name} {summary['positional_heads']}" for name, summary in summaries)
+            + "."
+        )
+    return sentences
+
+
+def render_markdown(report: dict[str, Any], analyses: list[ModelAnalysis]) -> str:
+    """``report.md``: summary, findings, figures, per-head tables and attention maps of a `write_report` report."""
+    first = analyses[0]
+    names = ", ".join(f"**{analysis.name}**" for analysis in analyses)
+    lines = [f"# Attention heads of {names}", ""]
+    sample = f" from {report['sample']}" if report["sample"] else ""
+    inputs = (
+        "the reference translations" if first.decoder_inputs == "references" else "each model's greedy translations"
+    )
+    lines += [
+        f"{first.num_sentences} sentences{sample}; the decoder reads {inputs} (teacher forcing). "
+        "Definitions and thresholds are at the end.",
+        "",
+        "## Summary",
+        "",
+        summary_table(report["models"]),
+        "",
+    ]
+    if report["comparison"]:
+        lines += ["## Comparison", "", *[f"- {sentence}" for sentence in report["comparison"]], ""]
+    for model in report["models"]:
+        lines += [f"## Findings: {model['name']}", "", *[f"- {sentence}" for sentence in model["findings"]], ""]
+    lines += ["## Figures", ""]
+    for name, file in report["figures"].items():
+        lines += [f"![{FIGURES[name][1]}]({file})", "", f"*{FIGURES[name][1]}*", ""]
+    for analysis in analyses:
+        lines += [f"## Per head: {analysis.name}", ""]
+        for kind, statistics in analysis.attention.items():
+            lines += [f"### {ATTENTION_TITLES[kind]}", "", head_table(statistics), ""]
+    if report["attention_maps"]:
+        lines += ["## Attention maps", "", "Rows are queries, columns keys; blank cells are exact zeros.", ""]
+        for analysis in analyses:
+            for index, example in enumerate(analysis.examples):
+                lines += [f"### {analysis.name}, sentence {index}", "", f"Source: `{' '.join(example.source_tokens)}`"]
+                lines += ["", f"Decoder input: `{' '.join(example.target_tokens)}`", ""]
+                for entry in report["attention_maps"]:
+                    if entry["model"] == analysis.name and entry["sentence"] == index:
+                        lines += [f"![{ATTENTION_TITLES[entry['attention']]}]({entry['file']})", ""]
+    lines += ["## Definitions", ""]
+    lines += [f"- `{name}`: {text}" for name, text in report["definitions"].items()]
+    thresholds = report["thresholds"]
+    lines += [
+        f"- Sparse head: α > {thresholds['sparse_alpha']}; nearly dense: α < {thresholds['near_softmax_alpha']}; "
+        f"positional / subword-merging head: at least {_percent(thresholds['role_mass'])} of its mass on the "
+        f"previous or next token / the other pieces of the word; focused on one token: at least "
+        f"{_percent(thresholds['token_focus_share'])} of its attention to one token type.",
+        "",
+    ]
+    for analysis in analyses:
+        # A softmax Marian model has no α to learn, and a model object has no folder to look in.
+        if not analysis.alpha_history and analysis.model_type != "marian" and analysis.source:
+            lines += [f"`{analysis.source}` has no `{ALPHA_HISTORY_FILE}`, so α over training is not shown.", ""]
+    return "\n".join(lines)
+
+
+def summary_table(models: list[dict[str, Any]]) -> str:
+    """Markdown table of ``report.json``'s per-model ``summary``: a row per model and attention type."""
+    lines = [
+        "| model | attention | mean α (range) | density | JS divergence (bits) | sparse heads | positional heads "
+        "| subword heads |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for model in models:
+        for kind in ATTENTION_TYPES:
+            summary = model["summary"][kind]
+            lines.append(
+                f"| {model['name']} | {ATTENTION_TITLES[kind]} | {summary['mean_alpha']:.2f} "
+                f"({summary['min_alpha']:.2f}–{summary['max_alpha']:.2f}) | {_percent(summary['mean_density'])} "
+                f"| {summary['mean_js_divergence']:.3f} | {summary['sparse_heads']}/{summary['heads']} "
+                f"| {summary['positional_heads']} | {summary['subword_heads']} |"
+            )
+    return "\n".join(lines)
+
+
+def head_table(statistics: AttentionTypeStatistics) -> str:
+    """Markdown table of one attention type: a row per head with α, density, role masses and top tokens."""
+    roles = [(name, label) for name, label in (("previous_token_mass", "previous"), ("next_token_mass", "next"),
+             ("same_word_mass", "same word")) if getattr(statistics, name) is not None]  # fmt: skip
+    header = ["layer", "head", "α", "density", *(label for _, label in roles), "most attended tokens"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    num_layers, num_heads = statistics.alpha.shape
+    for layer in range(num_layers):
+        for head in range(num_heads):
+            cells = [str(layer), str(head), f"{statistics.alpha[layer, head]:.3f}"]
+            cells.append(_percent(statistics.density[layer, head]))
+            cells += [_percent(getattr(statistics, name)[layer, head]) for name, _ in roles]
+            cells.append(
+                ", ".join(f"{_code(token)} {_percent(share)}" for token, share in statistics.top_tokens[layer][head])
+            )
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def model_card_section(
+    report_dir: str | os.PathLike, alphas: dict[str, torch.Tensor], figures_folder: str = "analysis"
+) -> tuple[str, dict[str, Path]]:
+    """The model card's analysis section from an `hf-entmax analyze` output folder, and the figures it shows.
+
+    Args:
+        report_dir: The folder `write_report` wrote.
+        alphas: α of the model the card is for (``get_alphas()``): the report's first model must have these.
+        figures_folder: Where the card expects the figures, relative to the card.
+
+    Returns:
+        ``(markdown, files)``: ``files`` maps a path relative to the card to the figure to copy there.
+
+    Raises:
+        HfEntmaxFileNotFoundError: If the folder has no ``report.json``.
+        HfEntmaxValueError: If the report is unreadable or its α are not those of ``alphas``.
+    """
+    report_dir = Path(report_dir)
+    path = report_dir / REPORT_JSON
+    if not path.is_file():
+        raise HfEntmaxFileNotFoundError(
+            f"--analysis {report_dir}: no {REPORT_JSON} there (write one with `hf-entmax analyze --output`)"
+        )
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        model = report["models"][0]
+        reported = {kind: np.array(model["attention"][kind]["alpha"], dtype=float) for kind in ATTENTION_TYPES}
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as error:
+        raise HfEntmaxValueError(
+            f"--analysis {path}: not a report written by `hf-entmax analyze` ({error!r})"
+        ) from None
+    for kind in ATTENTION_TYPES:
+        expected = alphas[kind].numpy()
+        if reported[kind].shape != expected.shape or not np.allclose(
+            reported[kind], expected, atol=CARD_ALPHA_TOLERANCE, rtol=0
+        ):
+            raise HfEntmaxValueError(
+                f"--analysis {report_dir}: the report's model {model['name']!r} has other {kind} α than this model; "
+                "analyse this model with `hf-entmax analyze`"
+            )
+
+    lines = [
+        f"Measured with `hf-entmax analyze` on {model['num_sentences']} sentences"
+        + (f" from {report['sample']}" if report.get("sample") else "")
+        + ". Density is the mean fraction of the tokens a query may attend to that get a non-zero weight "
+        "(softmax: 100%); head diversity is the mean Jensen–Shannon divergence between a layer's heads (bits).",
+        "",
+        summary_table(report["models"]),
+        "",
+        *[f"- {sentence}" for sentence in model["findings"]],
+    ]
+    files = {}
+    for name in CARD_FIGURES:
+        file = report.get("figures", {}).get(name)
+        if file and (report_dir / file).is_file():
+            files[f"{figures_folder}/{file}"] = report_dir / file
+            lines += ["", f"![{FIGURES[name][1]}]({figures_folder}/{file})"]
+    return "\n".join(lines), files
+
+
+def _trajectory_findings(analysis: ModelAnalysis) -> list[str]:
+    if not analysis.alpha_history:
+        return []
+    first, last = analysis.alpha_history[0], analysis.alpha_history[-1]
+    steps = f"steps {first['step']:,}–{last['step']:,}"
+    kinds = [kind for kind in ATTENTION_TYPES if kind in first and kind in last]
+    changes = {kind: np.array(last[kind]) - np.array(first[kind]) for kind in kinds}  # (layers, heads) each
+    if not kinds or max(np.abs(change).max() for change in changes.values()) < UNCHANGED_ALPHA:
+        return [f"α did not change over training ({steps})."]
+    means = ", ".join(
+        f"{np.mean(first[kind]):.2f} → {np.mean(last[kind]):.2f} in {ATTENTION_TITLES[kind].lower()}" for kind in kinds
+    )
+    kind = max(kinds, key=lambda kind: np.abs(changes[kind]).max())
+    layer, head = np.unravel_index(np.abs(changes[kind]).argmax(), changes[kind].shape)
+    return [
+        f"Over training ({steps}), mean α went {means}; α moved most in {ATTENTION_TITLES[kind].lower()} layer "
+        f"{layer} head {head}: {first[kind][layer][head]:.2f} → {last[kind][layer][head]:.2f}."
+    ]
+
+
+def _role_heads(statistics: AttentionTypeStatistics, *names: str) -> list[tuple[int, int]]:
+    """``(layer, head)`` of the heads with at least `ROLE_MASS` in any of the named statistics."""
+    masks = [getattr(statistics, name) >= ROLE_MASS for name in names if getattr(statistics, name) is not None]
+    if not masks:
+        return []
+    return [tuple(index) for index in torch.stack(masks).any(0).nonzero().tolist()]
+
+
+def _percent(value: float | torch.Tensor | None) -> str:
+    value = float(value) if value is not None else float("nan")
+    return "–" if value != value else f"{100 * value:.0f}%"
+
+
+def _alpha_note(alpha: torch.Tensor) -> str:
+    return f"α {alpha:.2f}" + (", sparse" if alpha > SPARSE_ALPHA else "")
+
+
+def _count(items: list, total: int) -> str:
+    return f"{len(items)} of {total}"
+
+
+def _verb(items: list, singular: str, plural: str) -> str:
+    return singular if len(items) == 1 else plural
+
+
+def _heads(items: list) -> str:
+    return "head" if len(items) == 1 else "heads"
+
+
+def _join(parts) -> str:
+    parts = list(parts)
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _code(token: str) -> str:
+    """A token as inline code that survives a markdown table cell."""
+    return "`" + token.replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "model"
+
+
+__all__ = [
+    "NEAR_SOFTMAX_ALPHA",
+    "ROLE_MASS",
+    "SPARSE_ALPHA",
+    "TOKEN_FOCUS_SHARE",
+    "comparison_findings",
+    "findings",
+    "model_card_section",
+    "summarize",
+    "write_report",
+]

@@ -1,0 +1,433 @@
+// α-entmax on the CPU, one fused loop per row (see hf_entmax/modeling/entmax.py for the mathematics).
+//
+// With β = α − 1 and each row's maximum moved to 0 (w = z − max z ≤ 0), the solution is
+//     p_i = [1 + β (w_i − c)]_+ ^ (1/β)          (softmax at β = 0)
+// with one normaliser c ≥ 0 per row such that Σ p = 1. The forward runs Newton on
+// h(c) = log_β(Σ p(c)) from c = 0, where it never overshoots, so c only grows and an entry that has
+// left the support (w_i ≤ c − 1/β) never returns: each iteration touches only the surviving
+// candidates, which quickly shrink to the support. The backward touches the row once.
+//
+// Rows with β = 0, 1/2 and 1 (softmax, 1.5-entmax, sparsemax) take specialised loops: the last two
+// need no transcendental function at all. float32 uses vectorisable exp/log below; float64 uses libm,
+// so that float64 gradcheck tests this very code.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
+namespace {
+
+// The loops below vectorise only if these small functions are inlined into them; GCC's heuristics
+// sometimes decline to, which costs ~7× in the backward.
+#define HF_ENTMAX_INLINE inline __attribute__((always_inline))
+
+// ---- float32 exp and log that GCC can vectorise (Cephes polynomials, ~1 ulp on their ranges) ----
+
+HF_ENTMAX_INLINE float bits_to_float(int32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+HF_ENTMAX_INLINE int32_t float_to_bits(float value) {
+  int32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+HF_ENTMAX_INLINE float fast_exp(float x) {
+  // exp(x) = 2^n · exp(r), with n = round(x / ln 2) and |r| ≤ ln 2 / 2.
+  const float clamped = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // Adding and subtracting 1.5 · 2^23 rounds to the nearest integer (no libm call, so it vectorises).
+  const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;
+  float poly = 1.9875691500e-4f;
+  poly = poly * r + 1.3981999507e-3f;
+  poly = poly * r + 8.3334519073e-3f;
+  poly = poly * r + 4.1665795894e-2f;
+  poly = poly * r + 1.6666665459e-1f;
+  poly = poly * r + 5.0000001201e-1f;
+  const float exp_r = poly * r * r + r + 1.0f;
+  const float result = exp_r * bits_to_float((static_cast<int32_t>(n) + 127) << 23);
+  return x < -87.0f ? 0.0f : result;  // below e^-87 the value is denormal; 0 is within float32's noise there
+}
+
+HF_ENTMAX_INLINE float fast_log(float x) {
+  // x = 2^e · m with m ∈ [√½, √2): log x = e ln 2 + log m, log m by a polynomial in m − 1. x > 0.
+  const bool denormal = x < std::numeric_limits<float>::min();
+  const float scaled = denormal ? x * 8388608.0f : x;  // 2^23
+  const int32_t bits = float_to_bits(scaled);
+  int32_t exponent = ((bits >> 23) & 0xff) - 126;
+  float mantissa = bits_to_float((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
+  const bool small = mantissa < 0.707106781186547524f;
+  exponent -= small ? 1 : 0;
+  mantissa = small ? mantissa + mantissa - 1.0f : mantissa - 1.0f;
+  const float e = static_cast<float>(exponent) - (denormal ? 23.0f : 0.0f);
+  const float z = mantissa * mantissa;
+  float poly = 7.0376836292e-2f;
+  poly = poly * mantissa - 1.1514610310e-1f;
+  poly = poly * mantissa + 1.1676998740e-1f;
+  poly = poly * mantissa - 1.2420140846e-1f;
+  poly = poly * mantissa + 1.4249322787e-1f;
+  poly = poly * mantissa - 1.6668057665e-1f;
+  poly = poly * mantissa + 2.0000714765e-1f;
+  poly = poly * mantissa - 2.4999993993e-1f;
+  poly = poly * mantissa + 3.3333331174e-1f;
+  float y = poly * mantissa * z;
+  y += e * -2.12194440e-4f;
+  y -= 0.5f * z;
+  return mantissa + y + e * 0.693359375f;
+}
+
+// Treats denormal numbers as zero while alive. Probabilities below 1e-38 are noise, but arithmetic on them
+// is ~100× slower on x86, and p = u^(1/β) with β near 0 produces them all the time.
+class FlushDenormals {
+ public:
+  FlushDenormals() {
+#if defined(__SSE__)
+    saved_ = _mm_getcsr();
+    _mm_setcsr(saved_ | 0x8040);  // flush-to-zero and denormals-are-zero
+#endif
+  }
+  ~FlushDenormals() {
+#if defined(__SSE__)
+    _mm_setcsr(saved_);
+#endif
+  }
+
+ private:
+  unsigned int saved_ = 0;
+};
+
+template <typename T>
+struct Math;
+
+template <>
+struct Math<float> {
+  static HF_ENTMAX_INLINE float exp(float x) { return fast_exp(x); }
+  static HF_ENTMAX_INLINE float log(float x) { return fast_log(x); }
+};
+
+template <>
+struct Math<double> {
+  static HF_ENTMAX_INLINE double exp(double x) { return std::exp(x); }
+  static HF_ENTMAX_INLINE double log(double x) { return std::log(x); }
+};
+
+enum class RowKind { kSoftmax, kEntmax15, kSparsemax, kGeneral };
+
+inline RowKind row_kind(double beta) {
+  if (beta == 0.0) return RowKind::kSoftmax;
+  if (beta == 0.5) return RowKind::kEntmax15;
+  if (beta == 1.0) return RowKind::kSparsemax;
+  return RowKind::kGeneral;
+}
+
+// Scratch space of one thread: the surviving candidates (shifted score, column, probability).
+template <typename T>
+struct Candidates {
+  std::vector<T> shifted;
+  std::vector<int64_t> column;
+  std::vector<T> probs;
+  explicit Candidates(int64_t size) : shifted(size), column(size), probs(size) {}
+};
+
+// p and the Newton slope g = p^(1 − β) of every candidate at normaliser c, into `probs`; returns (Σ p, Σ g).
+//
+// The base 1 + β (w − c) is formed in double: at the edge of the support it is the small difference of
+// two numbers near 1, and float32 rounding there would cost p (and g = p^(1 − β)) all its digits.
+template <typename T, RowKind Kind>
+HF_ENTMAX_INLINE void evaluate(Candidates<T>& candidates, int64_t count, double beta, double normaliser, double& mass,
+                     double& slope) {
+  const T* shifted = candidates.shifted.data();
+  T* probs = candidates.probs.data();
+  const T inverse_beta = static_cast<T>(1.0 / beta);
+  double mass_sum = 0.0, slope_sum = 0.0;
+#pragma omp simd reduction(+ : mass_sum, slope_sum)
+  for (int64_t j = 0; j < count; ++j) {
+    const double wide_v = beta * (static_cast<double>(shifted[j]) - normaliser);
+    const T v = static_cast<T>(wide_v);
+    const T base = static_cast<T>(1.0 + wide_v);
+    const bool inside = base > T(0);
+    T p, g;
+    if constexpr (Kind == RowKind::kSparsemax) {
+      p = inside ? base : T(0);
+      g = inside ? T(1) : T(0);
+    } else if constexpr (Kind == RowKind::kEntmax15) {
+      p = inside ? base * base : T(0);
+      g = inside ? base : T(0);
+    } else {
+      // log(1 + v) as log of the base itself far from 1 and, near 1, as log1p(v) by Goldberg's trick
+      // log(fl(1 + v)) · v / (fl(1 + v) − 1): one log either way, each exact to rounding where used.
+      const T one_plus = T(1) + v;
+      const T rounding = one_plus - T(1);
+      const bool far_from_one = base < T(0.5);
+      const T log_argument = !inside ? T(1) : (far_from_one ? base : one_plus);
+      const T log_of_argument = Math<T>::log(log_argument);
+      const T safe_base = inside ? base : T(1);
+      const T log_base =
+          far_from_one ? log_of_argument : (rounding == T(0) ? v : log_of_argument * (v / rounding));
+      p = inside ? Math<T>::exp(log_base * inverse_beta) : T(0);
+      g = inside ? p / safe_base : T(0);
+    }
+    probs[j] = p;
+    mass_sum += p;
+    slope_sum += g;
+  }
+  mass = mass_sum;
+  slope = slope_sum;
+}
+
+// Keep the candidates that can still be in the support once the normaliser is `normaliser`.
+template <typename T>
+inline int64_t prune(Candidates<T>& candidates, int64_t count, T threshold) {
+  int64_t kept = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    const T w = candidates.shifted[j];
+    candidates.shifted[kept] = w;
+    candidates.column[kept] = candidates.column[j];
+    kept += w > threshold ? 1 : 0;
+  }
+  return kept;
+}
+
+template <typename T, RowKind Kind>
+void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& candidates) {
+  const T lowest = std::numeric_limits<T>::lowest();
+  T row_max = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : row_max)
+  for (int64_t i = 0; i < size; ++i) row_max = scores[i] > row_max ? scores[i] : row_max;
+  std::fill(out, out + size, T(0));
+  if (row_max <= lowest) return;  // every entry masked: all zeros
+
+  if constexpr (Kind == RowKind::kSoftmax) {
+    double mass = 0.0;
+#pragma omp simd reduction(+ : mass)
+    for (int64_t i = 0; i < size; ++i) {
+      const T p = scores[i] > lowest ? Math<T>::exp(scores[i] - row_max) : T(0);
+      out[i] = p;
+      mass += p;
+    }
+    const T inverse_mass = static_cast<T>(1.0 / mass);
+    for (int64_t i = 0; i < size; ++i) out[i] *= inverse_mass;
+    return;
+  }
+
+  // At c = 0 the support is {w > −1/β}; masked entries (w = −inf) are never candidates.
+  int64_t count = 0;
+  const T first_threshold = -T(1) / beta;
+  for (int64_t i = 0; i < size; ++i) {
+    const T w = scores[i] - row_max;
+    candidates.shifted[count] = w;
+    candidates.column[count] = i;
+    count += (scores[i] > lowest && w > first_threshold) ? 1 : 0;
+  }
+
+  const double tolerance = 2 * std::numeric_limits<T>::epsilon();
+  const double beta_d = beta;
+  double normaliser = 0.0, mass = 1.0, slope = 1.0;
+  for (int step = 0; step < 50; ++step) {
+    evaluate<T, Kind>(candidates, count, beta_d, normaliser, mass, slope);
+    if (std::abs(mass - 1.0) <= tolerance) break;
+    // Newton on h(c) = log_β(s): c += h / |h'| with h' = −s^(β − 1) Σ g.
+    const double log_mass = std::log(mass);
+    const double newton_step = std::expm1(beta_d * log_mass) / beta_d * std::exp((1.0 - beta_d) * log_mass) / slope;
+    const double next = normaliser + newton_step;
+    if (!(next > normaliser)) break;  // converged to rounding: the step no longer moves c
+    normaliser = next;
+    count = prune<T>(candidates, count, static_cast<T>(normaliser - 1.0 / beta_d));
+  }
+  // The remaining error in the mass is below rounding; dividing it out makes Σ p = 1 exact.
+  const T inverse_mass = static_cast<T>(1.0 / mass);
+  for (int64_t j = 0; j < count; ++j) out[candidates.column[j]] = candidates.probs[j] * inverse_mass;
+}
+
+template <typename T>
+void entmax_forward_rows(const T* scores, const T* betas, T* out, int64_t rows, int64_t size) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(size, 1));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    FlushDenormals flush_denormals;
+    Candidates<T> candidates(size);
+    for (int64_t row = begin; row < end; ++row) {
+      const T* row_scores = scores + row * size;
+      T* row_out = out + row * size;
+      const T beta = betas[row];
+      switch (row_kind(beta)) {
+        case RowKind::kSoftmax:
+          entmax_row<T, RowKind::kSoftmax>(row_scores, row_out, size, beta, candidates);
+          break;
+        case RowKind::kEntmax15:
+          entmax_row<T, RowKind::kEntmax15>(row_scores, row_out, size, beta, candidates);
+          break;
+        case RowKind::kSparsemax:
+          entmax_row<T, RowKind::kSparsemax>(row_scores, row_out, size, beta, candidates);
+          break;
+        case RowKind::kGeneral:
+          entmax_row<T, RowKind::kGeneral>(row_scores, row_out, size, beta, candidates);
+          break;
+      }
+    }
+  });
+}
+
+// expm1 for |y| < 0.1 by its Taylor series (relative error < 1e-15), where exp(y) − 1 would cancel.
+template <typename T>
+HF_ENTMAX_INLINE T small_expm1(T y) {
+  T sum = T(1) / T(40320);
+  sum = sum * y + T(1) / T(5040);
+  sum = sum * y + T(1) / T(720);
+  sum = sum * y + T(1) / T(120);
+  sum = sum * y + T(1) / T(24);
+  sum = sum * y + T(1) / T(6);
+  sum = sum * y + T(1) / T(2);
+  sum = sum * y + T(1);
+  return sum * y;
+}
+
+// Σ_{k≥1} (−1)^k k / (k + 1) u^(k − 1), the series of ∂ log p / ∂β divided by w² near u = 0.
+template <typename T>
+HF_ENTMAX_INLINE T sensitivity_series(T u) {
+  T sum = T(0);
+  for (int k = 10; k >= 1; --k) sum = sum * u + ((k % 2) ? -T(1) : T(1)) * T(k) / T(k + 1);
+  return sum;
+}
+
+// One row of the backward: grad_scores = g ⊙ dp − g (Σ g dp) / Σ g, with g = p^(1 − β) on the support,
+// and, for AlphaGrad, dL/dβ = Σ dp p D − (Σ g dp)(Σ p D) / Σ g with D = ∂ log p / ∂β at a fixed normaliser.
+template <typename T, RowKind Kind, bool AlphaGrad>
+T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta) {
+  double slope_sum = 0.0, weighted_grad = 0.0, sensitivity_sum = 0.0, weighted_sensitivity = 0.0;
+  const T inverse_beta = beta == T(0) ? T(1) : T(1) / beta;
+#pragma omp simd reduction(+ : slope_sum, weighted_grad, sensitivity_sum, weighted_sensitivity)
+  for (int64_t i = 0; i < size; ++i) {
+    const T p = probs[i];
+    const bool inside = p > T(0);
+    T g, probs_sensitivity = T(0);
+    if constexpr (Kind == RowKind::kSparsemax && !AlphaGrad) {
+      g = inside ? T(1) : T(0);
+    } else if constexpr (Kind == RowKind::kEntmax15 && !AlphaGrad) {
+      g = std::sqrt(p);
+    } else if constexpr (Kind == RowKind::kSoftmax) {
+      g = p;
+      if constexpr (AlphaGrad) {
+        const T log_p = Math<T>::log(inside ? p : T(1));
+        probs_sensitivity = -T(0.5) * p * log_p * log_p;
+      }
+    } else {
+      const T log_p = Math<T>::log(inside ? p : T(1));
+      const T y = beta * log_p;
+      const T base = Math<T>::exp(y);  // p^β = 1 + β w, with w = z − c
+      g = inside ? p / base : T(0);
+      if constexpr (AlphaGrad) {
+        // u = β w recovered from p without cancellation; near u = 0 the closed form of D cancels and
+        // its series w² Σ_{k≥1} (−1)^k k / (k + 1) u^(k − 1) takes over.
+        const T u = y < T(0.1) && y > T(-0.1) ? small_expm1<T>(y) : base - T(1);
+        const T w = u * inverse_beta;
+        const T closed_form = (w / base - log_p) * inverse_beta;
+        const T sensitivity = u < T(0.1) && u > T(-0.1) ? w * w * sensitivity_series<T>(u) : closed_form;
+        probs_sensitivity = inside ? p * sensitivity : T(0);
+      }
+    }
+    grad_scores[i] = g;
+    slope_sum += g;
+    weighted_grad += g * grad[i];
+    sensitivity_sum += probs_sensitivity;
+    weighted_sensitivity += probs_sensitivity * grad[i];
+  }
+  const double safe_slope_sum = slope_sum > 0 ? slope_sum : 1.0;
+  const T mean_grad = static_cast<T>(weighted_grad / safe_slope_sum);
+#pragma omp simd
+  for (int64_t i = 0; i < size; ++i) grad_scores[i] = grad_scores[i] * (grad[i] - mean_grad);
+  return static_cast<T>(weighted_sensitivity - weighted_grad * sensitivity_sum / safe_slope_sum);
+}
+
+template <typename T, bool AlphaGrad>
+T entmax_backward_row_of_kind(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta) {
+  switch (row_kind(beta)) {
+    case RowKind::kSoftmax:
+      return entmax_backward_row<T, RowKind::kSoftmax, AlphaGrad>(probs, grad, grad_scores, size, beta);
+    case RowKind::kEntmax15:
+      return entmax_backward_row<T, RowKind::kEntmax15, AlphaGrad>(probs, grad, grad_scores, size, beta);
+    case RowKind::kSparsemax:
+      return entmax_backward_row<T, RowKind::kSparsemax, AlphaGrad>(probs, grad, grad_scores, size, beta);
+    default:
+      return entmax_backward_row<T, RowKind::kGeneral, AlphaGrad>(probs, grad, grad_scores, size, beta);
+  }
+}
+
+template <typename T>
+void entmax_backward_rows(const T* probs, const T* grad, const T* betas, T* grad_scores, T* grad_betas,
+                          int64_t rows, int64_t size) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(size, 1));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    FlushDenormals flush_denormals;
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t offset = row * size;
+      if (grad_betas != nullptr) {
+        grad_betas[row] =
+            entmax_backward_row_of_kind<T, true>(probs + offset, grad + offset, grad_scores + offset, size, betas[row]);
+      } else {
+        entmax_backward_row_of_kind<T, false>(probs + offset, grad + offset, grad_scores + offset, size, betas[row]);
+      }
+    }
+  });
+}
+
+void check_rows(const at::Tensor& matrix, const at::Tensor& betas, const char* name) {
+  TORCH_CHECK(matrix.dim() == 2 && matrix.is_contiguous(), name, " must be a contiguous (rows, size) tensor");
+  TORCH_CHECK(betas.dim() == 1 && betas.is_contiguous() && betas.size(0) == matrix.size(0),
+              "betas must be a contiguous (rows,) tensor");
+  TORCH_CHECK(matrix.scalar_type() == betas.scalar_type(), name, " and betas must have the same dtype");
+  TORCH_CHECK(matrix.scalar_type() == at::kFloat || matrix.scalar_type() == at::kDouble,
+              name, " must be float32 or float64");
+}
+
+// scores: (rows, size), −inf or the dtype's lowest value masked; betas: (rows,) with β = α − 1 ∈ [0, 1].
+at::Tensor entmax_forward(const at::Tensor& scores, const at::Tensor& betas) {
+  check_rows(scores, betas, "scores");
+  at::Tensor out = at::empty_like(scores);
+  AT_DISPATCH_FLOATING_TYPES(scores.scalar_type(), "entmax_forward", [&] {
+    entmax_forward_rows<scalar_t>(scores.data_ptr<scalar_t>(), betas.data_ptr<scalar_t>(),
+                                  out.data_ptr<scalar_t>(), scores.size(0), scores.size(1));
+  });
+  return out;
+}
+
+// Returns (grad_scores (rows, size), grad_betas (rows,) or an empty tensor when alpha_grad is false).
+std::tuple<at::Tensor, at::Tensor> entmax_backward(const at::Tensor& probs, const at::Tensor& grad,
+                                                   const at::Tensor& betas, bool alpha_grad) {
+  check_rows(probs, betas, "probs");
+  TORCH_CHECK(grad.sizes() == probs.sizes() && grad.is_contiguous() && grad.scalar_type() == probs.scalar_type(),
+              "grad must be contiguous, with the shape and dtype of probs");
+  at::Tensor grad_scores = at::empty_like(probs);
+  at::Tensor grad_betas = alpha_grad ? at::empty_like(betas) : at::empty({0}, betas.options());
+  AT_DISPATCH_FLOATING_TYPES(probs.scalar_type(), "entmax_backward", [&] {
+    entmax_backward_rows<scalar_t>(probs.data_ptr<scalar_t>(), grad.data_ptr<scalar_t>(),
+                                   betas.data_ptr<scalar_t>(), grad_scores.data_ptr<scalar_t>(),
+                                   alpha_grad ? grad_betas.data_ptr<scalar_t>() : nullptr, probs.size(0),
+                                   probs.size(1));
+  });
+  return {grad_scores, grad_betas};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(hf_entmax, m) {
+  m.def("entmax_forward(Tensor scores, Tensor betas) -> Tensor");
+  m.def("entmax_backward(Tensor probs, Tensor grad, Tensor betas, bool alpha_grad) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(hf_entmax, CPU, m) {
+  m.impl("entmax_forward", &entmax_forward);
+  m.impl("entmax_backward", &entmax_backward);
+}

@@ -1,0 +1,124 @@
+"""Tests for the native CPU kernel: exact gradients, agreement with the float64 reference, fallback."""
+
+import pytest
+import torch
+from conftest import tiny_model
+from torch.autograd import gradcheck
+
+from hf_entmax.kernels import cpu
+from hf_entmax.modeling import entmax as entmax_module
+from hf_entmax.modeling.entmax import EntmaxFunction, entmax
+
+
+pytestmark = pytest.mark.skipif(not cpu.kernel_available(), reason="the native CPU kernel could not be built here")
+
+# β = α − 1 for softmax, near-softmax, general, 1.5-entmax (exact path), general, sparsemax (exact path).
+BETAS = [0.0, 0.01, 0.25, 0.5, 0.75, 1.0]
+
+
+def attention_scores(seed: int, dtype: torch.dtype, shape=(2, 4, 5, 33)) -> torch.Tensor:
+    """Scores with realistic spread (std 1–3 per head), a padding mask, and one fully masked row."""
+    generator = torch.Generator().manual_seed(seed)
+    spread = torch.tensor([1.0, 1.5, 2.0, 3.0]).view(1, 4, 1, 1)
+    scores = torch.randn(*shape, generator=generator, dtype=torch.float64) * spread
+    mask = torch.zeros(shape, dtype=torch.bool)
+    mask[1, :, :, shape[-1] // 2 :] = True  # a padded sequence
+    mask[0, 2, -1] = True  # one fully masked row
+    return scores.masked_fill(mask, float("-inf")).to(dtype)
+
+
+@pytest.mark.parametrize("beta", BETAS)
+def test_native_function_gradcheck_with_masks(beta):
+    scores = attention_scores(seed=int(beta * 100), dtype=torch.float64, shape=(2, 4, 3, 7))
+    rows = scores.reshape(-1, 7).contiguous().requires_grad_()
+    betas = torch.full((rows.shape[0],), beta, dtype=torch.float64).requires_grad_()
+    if beta in (0.0, 1.0):  # gradcheck's central step would leave [1, 2]; see the one-sided test below
+        betas = betas.detach()
+    assert gradcheck(cpu.NativeEntmaxFunction.apply, (rows, betas))
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_alpha_gradient_at_the_ends_matches_the_reference(beta):
+    """At α = 1 and α = 2 the α-gradient is the one-sided limit; the PyTorch reference's is checked by gradcheck."""
+    scores = attention_scores(seed=7, dtype=torch.float64, shape=(2, 4, 3, 7))
+    grad_output = torch.randn(scores.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    gradients = []
+    for function in (
+        lambda a: cpu.NativeEntmaxFunction.apply(scores.reshape(-1, 7), (a - 1).expand(24)),
+        lambda a: EntmaxFunction.apply(scores, a, 3).reshape(-1, 7),
+    ):
+        alpha = torch.tensor(1.0 + beta, dtype=torch.float64, requires_grad=True)
+        (function(alpha) * grad_output.reshape(-1, 7)).sum().backward()
+        gradients.append(alpha.grad)
+    torch.testing.assert_close(gradients[0], gradients[1], rtol=1e-10, atol=1e-12)
+
+
+def test_native_function_gradcheck_distinct_per_row_betas():
+    rows = torch.randn(6, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 2
+    rows = rows.requires_grad_()
+    betas = torch.tensor([0.05, 0.2, 0.5, 0.6, 0.9, 0.99], dtype=torch.float64, requires_grad=True)
+    assert gradcheck(cpu.NativeEntmaxFunction.apply, (rows, betas))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_float32_kernel_matches_float64_reference(seed):
+    """The fast path's probabilities and gradients (scores and per-head α) agree with float64 to 1e-5."""
+    scores = attention_scores(seed, torch.float32, shape=(2, 4, 16, 64))
+    alpha = torch.tensor([1.1, 1.37, 1.5, 1.9]).view(1, 4, 1, 1)
+    grad_output = torch.randn(scores.shape, generator=torch.Generator().manual_seed(seed + 10))
+
+    def probabilities_and_gradients(dtype: torch.dtype, function):
+        z = scores.to(dtype).detach().requires_grad_()
+        a = alpha.to(dtype).detach().requires_grad_()
+        probs = function(z, a)
+        (probs * grad_output.to(dtype)).sum().backward()
+        return probs.double(), z.grad.double(), a.grad.double()
+
+    fast = probabilities_and_gradients(torch.float32, lambda z, a: entmax(z, a))
+    assert fast[0].dtype == torch.float64 and cpu.kernel_available()
+    reference = probabilities_and_gradients(torch.float64, lambda z, a: EntmaxFunction.apply(z, a, 3))
+    for fast_value, reference_value in zip(fast, reference, strict=True):
+        torch.testing.assert_close(fast_value, reference_value, rtol=1e-5, atol=1e-5)
+    assert fast[0][0, 2, -1].eq(0).all() and fast[1][0, 2, -1].eq(0).all()  # the fully masked row
+
+
+def test_kernel_is_used_for_cpu_tensors(monkeypatch):
+    calls = []
+    original = cpu.native_entmax
+    monkeypatch.setattr(entmax_module, "native_entmax", lambda *args: calls.append(1) or original(*args))
+    entmax(torch.randn(3, 8), torch.tensor(1.4))
+    assert calls
+
+
+def test_model_outputs_are_the_same_with_and_without_the_kernel(monkeypatch):
+    model = tiny_model()
+    input_ids = torch.tensor([[5, 6, 7, 8, 1], [9, 10, 1, 0, 0]])
+    attention_mask = (input_ids != 0).long()
+    decoder_input_ids = torch.tensor([[0, 11, 12], [0, 13, 14]])
+    model.eval()
+    with torch.no_grad():
+        fast = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        monkeypatch.setattr(entmax_module, "native_entmax", None)
+        reference = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    torch.testing.assert_close(fast, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_failed_build_warns_once_and_falls_back(tmp_path, monkeypatch):
+    broken = tmp_path / "broken.cpp"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setattr(cpu, "SOURCE", broken)
+    monkeypatch.setattr(cpu, "_state", {})
+    monkeypatch.setenv("HF_ENTMAX_CACHE", str(tmp_path / "cache"))
+    scores = torch.randn(4, 10)
+    with pytest.warns(UserWarning, match="fast CPU kernel could not be built"):
+        assert cpu.native_entmax(scores, 1.5, 1) is None
+    assert cpu.native_entmax(scores, 1.5, 1) is None  # no second attempt, no second warning
+    monkeypatch.setattr(entmax_module, "native_entmax", cpu.native_entmax)
+    torch.testing.assert_close(entmax(scores, 1.5).sum(-1), torch.ones(4))
+
+
+def test_native_kernel_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(cpu, "_state", {})
+    monkeypatch.setenv("HF_ENTMAX_NATIVE", "0")
+    assert not cpu.kernel_available()
+    assert cpu.native_entmax(torch.randn(2, 5), 1.5, 1) is None
