@@ -86,9 +86,12 @@ def entmax_attention_forward(
     compute_dtype = torch.promote_types(query.dtype, torch.float32)
     scores = torch.matmul(query.to(compute_dtype) * scaling, key.to(compute_dtype).transpose(2, 3))  # (B, H, Lq, Lk)
     if attention_mask is not None:
-        # Mask before the mapping, and as −inf whatever the mask's dtype, so masked keys get exact zeros.
-        masked = attention_mask <= torch.finfo(attention_mask.dtype).min
-        scores = (scores + attention_mask.to(compute_dtype)).masked_fill(masked, float("-inf"))
+        # Mask before the mapping. entmax treats the dtype's lowest value as masked (exact zeros, and zeros for
+        # a fully masked row), and score + lowest rounds back to lowest for any score below 1e31, so a mask
+        # in the compute dtype needs no second pass; a half-precision mask's lowest value is not float32's.
+        scores = scores + attention_mask.to(compute_dtype)
+        if attention_mask.dtype != compute_dtype:
+            scores = scores.masked_fill(attention_mask <= torch.finfo(attention_mask.dtype).min, float("-inf"))
 
     alpha = module.alpha()
     if isinstance(alpha, torch.Tensor):
