@@ -133,6 +133,9 @@ inline RowKind row_kind(double beta) {
   return RowKind::kGeneral;
 }
 
+// Rows are scanned in blocks of this many entries, so that blocks with no candidate are skipped cheaply.
+constexpr int64_t kBlock = 16;
+
 // Scratch space of one thread: the surviving candidates (shifted score, column, probability).
 template <typename T>
 struct Candidates {
@@ -156,7 +159,6 @@ HF_ENTMAX_INLINE void evaluate(Candidates<T>& candidates, int64_t count, double 
 #pragma omp simd reduction(+ : mass_sum, slope_sum)
   for (int64_t j = 0; j < count; ++j) {
     const double wide_v = beta * (static_cast<double>(shifted[j]) - normaliser);
-    const T v = static_cast<T>(wide_v);
     const T base = static_cast<T>(1.0 + wide_v);
     const bool inside = base > T(0);
     T p, g;
@@ -167,16 +169,11 @@ HF_ENTMAX_INLINE void evaluate(Candidates<T>& candidates, int64_t count, double 
       p = inside ? base * base : T(0);
       g = inside ? base : T(0);
     } else {
-      // log(1 + v) as log of the base itself far from 1 and, near 1, as log1p(v) by Goldberg's trick
-      // log(fl(1 + v)) · v / (fl(1 + v) − 1): one log either way, each exact to rounding where used.
-      const T one_plus = T(1) + v;
-      const T rounding = one_plus - T(1);
-      const bool far_from_one = base < T(0.5);
-      const T log_argument = !inside ? T(1) : (far_from_one ? base : one_plus);
-      const T log_of_argument = Math<T>::log(log_argument);
+      // log(1 + v) = log(base) − (base − (1 + v)) / base to first order: the second term undoes the rounding
+      // of base to T, which matters near base = 1 (and only there, where dividing by base ≈ 1 can be skipped).
       const T safe_base = inside ? base : T(1);
-      const T log_base =
-          far_from_one ? log_of_argument : (rounding == T(0) ? v : log_of_argument * (v / rounding));
+      const T rounding = static_cast<T>(static_cast<double>(base) - (1.0 + wide_v));
+      const T log_base = Math<T>::log(safe_base) - rounding;
       p = inside ? Math<T>::exp(log_base * inverse_beta) : T(0);
       g = inside ? p / safe_base : T(0);
     }
@@ -223,14 +220,20 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& ca
     return;
   }
 
-  // At c = 0 the support is {w > −1/β}; masked entries (w = −inf) are never candidates.
+  // At c = 0 the support is {z > max z − 1/β}; masked entries are never candidates. Sparse rows have few:
+  // blocks whose maximum is below the threshold are skipped after one vectorised pass over them.
   int64_t count = 0;
-  const T first_threshold = -T(1) / beta;
-  for (int64_t i = 0; i < size; ++i) {
-    const T w = scores[i] - row_max;
-    candidates.shifted[count] = w;
-    candidates.column[count] = i;
-    count += (scores[i] > lowest && w > first_threshold) ? 1 : 0;
+  const T first_threshold = std::max(row_max - T(1) / beta, lowest);
+  for (int64_t start = 0; start < size; start += kBlock) {
+    const int64_t stop = std::min(size, start + kBlock);
+    T block_max = lowest;
+    for (int64_t i = start; i < stop; ++i) block_max = scores[i] > block_max ? scores[i] : block_max;
+    if (block_max <= first_threshold) continue;
+    for (int64_t i = start; i < stop; ++i) {
+      candidates.shifted[count] = scores[i] - row_max;
+      candidates.column[count] = i;
+      count += scores[i] > first_threshold ? 1 : 0;
+    }
   }
 
   const double tolerance = 2 * std::numeric_limits<T>::epsilon();
@@ -302,14 +305,21 @@ HF_ENTMAX_INLINE T sensitivity_series(T u) {
   return sum;
 }
 
-// One row of the backward: grad_scores = g ⊙ dp − g (Σ g dp) / Σ g, with g = p^(1 − β) on the support,
-// and, for AlphaGrad, dL/dβ = Σ dp p D − (Σ g dp)(Σ p D) / Σ g with D = ∂ log p / ∂β at a fixed normaliser.
+struct BackwardSums {
+  double slope = 0.0;                 // Σ g
+  double weighted_grad = 0.0;         // Σ g dp
+  double sensitivity = 0.0;           // Σ p D
+  double weighted_sensitivity = 0.0;  // Σ p D dp
+};
+
+// g = p^(1 − β) of `count` entries into `weights`, and the sums the gradients need. D = ∂ log p / ∂β at a fixed
+// normaliser (for AlphaGrad). Entries with p = 0 contribute nothing.
 template <typename T, RowKind Kind, bool AlphaGrad>
-T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta) {
+HF_ENTMAX_INLINE BackwardSums backward_sums(const T* probs, const T* grad, T* weights, int64_t count, T beta) {
   double slope_sum = 0.0, weighted_grad = 0.0, sensitivity_sum = 0.0, weighted_sensitivity = 0.0;
   const T inverse_beta = beta == T(0) ? T(1) : T(1) / beta;
 #pragma omp simd reduction(+ : slope_sum, weighted_grad, sensitivity_sum, weighted_sensitivity)
-  for (int64_t i = 0; i < size; ++i) {
+  for (int64_t i = 0; i < count; ++i) {
     const T p = probs[i];
     const bool inside = p > T(0);
     T g, probs_sensitivity = T(0);
@@ -338,30 +348,79 @@ T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t siz
         probs_sensitivity = inside ? p * sensitivity : T(0);
       }
     }
-    grad_scores[i] = g;
+    weights[i] = g;
     slope_sum += g;
     weighted_grad += g * grad[i];
     sensitivity_sum += probs_sensitivity;
     weighted_sensitivity += probs_sensitivity * grad[i];
   }
-  const double safe_slope_sum = slope_sum > 0 ? slope_sum : 1.0;
-  const T mean_grad = static_cast<T>(weighted_grad / safe_slope_sum);
+  return {slope_sum, weighted_grad, sensitivity_sum, weighted_sensitivity};
+}
+
+// Scratch space of one thread for the backward: the support's columns, probabilities, gradients and weights.
+template <typename T>
+struct Support {
+  std::vector<int64_t> column;
+  std::vector<T> probs, grad, weights;
+  explicit Support(int64_t size) : column(size), probs(size), grad(size), weights(size) {}
+};
+
+// One row of the backward: grad_scores = g ⊙ dp − g (Σ g dp) / Σ g, with g = p^(1 − β) on the support,
+// and, for AlphaGrad, dL/dβ = Σ dp p D − (Σ g dp)(Σ p D) / Σ g.
+template <typename T, RowKind Kind, bool AlphaGrad>
+T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta, Support<T>& support) {
+  // Gather the support, skipping blocks of zeros; a sparse row then costs little more than this scan. Where
+  // each entry is cheap anyway (no transcendental function) or the row is dense, the scan is not worth it.
+  constexpr bool kAlwaysDense = Kind == RowKind::kSoftmax || (Kind != RowKind::kGeneral && !AlphaGrad);
+  int64_t count = kAlwaysDense ? size : 0;
+  for (int64_t start = 0; start < size && !kAlwaysDense; start += kBlock) {
+    const int64_t stop = std::min(size, start + kBlock);
+    T block_max = T(0);
+    for (int64_t i = start; i < stop; ++i) block_max = probs[i] > block_max ? probs[i] : block_max;
+    if (block_max <= T(0)) continue;
+    for (int64_t i = start; i < stop; ++i) {
+      support.column[count] = i;
+      count += probs[i] > T(0) ? 1 : 0;
+    }
+  }
+  const bool dense = 2 * count > size;  // then the whole row, in place, is cheaper than gather and scatter
+  BackwardSums sums;
+  if (dense) {
+    sums = backward_sums<T, Kind, AlphaGrad>(probs, grad, grad_scores, size, beta);
+  } else {
+    for (int64_t j = 0; j < count; ++j) {
+      support.probs[j] = probs[support.column[j]];
+      support.grad[j] = grad[support.column[j]];
+    }
+    sums = backward_sums<T, Kind, AlphaGrad>(support.probs.data(), support.grad.data(), support.weights.data(),
+                                             count, beta);
+  }
+  const double slope_sum = sums.slope > 0 ? sums.slope : 1.0;
+  const T mean_grad = static_cast<T>(sums.weighted_grad / slope_sum);
+  if (dense) {
 #pragma omp simd
-  for (int64_t i = 0; i < size; ++i) grad_scores[i] = grad_scores[i] * (grad[i] - mean_grad);
-  return static_cast<T>(weighted_sensitivity - weighted_grad * sensitivity_sum / safe_slope_sum);
+    for (int64_t i = 0; i < size; ++i) grad_scores[i] = grad_scores[i] * (grad[i] - mean_grad);
+  } else {
+    std::fill(grad_scores, grad_scores + size, T(0));
+    for (int64_t j = 0; j < count; ++j) {
+      grad_scores[support.column[j]] = support.weights[j] * (support.grad[j] - mean_grad);
+    }
+  }
+  return static_cast<T>(sums.weighted_sensitivity - sums.weighted_grad * sums.sensitivity / slope_sum);
 }
 
 template <typename T, bool AlphaGrad>
-T entmax_backward_row_of_kind(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta) {
+T entmax_backward_row_of_kind(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta,
+                              Support<T>& support) {
   switch (row_kind(beta)) {
     case RowKind::kSoftmax:
-      return entmax_backward_row<T, RowKind::kSoftmax, AlphaGrad>(probs, grad, grad_scores, size, beta);
+      return entmax_backward_row<T, RowKind::kSoftmax, AlphaGrad>(probs, grad, grad_scores, size, beta, support);
     case RowKind::kEntmax15:
-      return entmax_backward_row<T, RowKind::kEntmax15, AlphaGrad>(probs, grad, grad_scores, size, beta);
+      return entmax_backward_row<T, RowKind::kEntmax15, AlphaGrad>(probs, grad, grad_scores, size, beta, support);
     case RowKind::kSparsemax:
-      return entmax_backward_row<T, RowKind::kSparsemax, AlphaGrad>(probs, grad, grad_scores, size, beta);
+      return entmax_backward_row<T, RowKind::kSparsemax, AlphaGrad>(probs, grad, grad_scores, size, beta, support);
     default:
-      return entmax_backward_row<T, RowKind::kGeneral, AlphaGrad>(probs, grad, grad_scores, size, beta);
+      return entmax_backward_row<T, RowKind::kGeneral, AlphaGrad>(probs, grad, grad_scores, size, beta, support);
   }
 }
 
@@ -371,13 +430,15 @@ void entmax_backward_rows(const T* probs, const T* grad, const T* betas, T* grad
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(size, 1));
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     FlushDenormals flush_denormals;
+    Support<T> support(size);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t offset = row * size;
       if (grad_betas != nullptr) {
-        grad_betas[row] =
-            entmax_backward_row_of_kind<T, true>(probs + offset, grad + offset, grad_scores + offset, size, betas[row]);
+        grad_betas[row] = entmax_backward_row_of_kind<T, true>(probs + offset, grad + offset, grad_scores + offset,
+                                                               size, betas[row], support);
       } else {
-        entmax_backward_row_of_kind<T, false>(probs + offset, grad + offset, grad_scores + offset, size, betas[row]);
+        entmax_backward_row_of_kind<T, false>(probs + offset, grad + offset, grad_scores + offset, size, betas[row],
+                                              support);
       }
     }
   });
