@@ -471,3 +471,11 @@ def test_gradients_stay_finite_at_the_edge_of_the_support(alpha, others):
     (probs * torch.arange(1.0, scores.shape[-1] + 1)).sum().backward()
     assert torch.isfinite(scores.grad).all()
     assert torch.isfinite(alphas.grad).all()
+
+
+def test_check_alpha_can_be_skipped_by_callers_with_alpha_in_range():
+    scores = randn(2, 3, 4, 6, seed=41)
+    alpha = torch.tensor([1.2, 1.5, 1.9]).view(1, 3, 1, 1)
+    torch.testing.assert_close(entmax(scores, alpha, check_alpha=False), entmax(scores, alpha), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="must be in"):
+        entmax(scores, alpha + 1)

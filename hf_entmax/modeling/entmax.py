@@ -266,7 +266,9 @@ def _check_alpha(alpha: torch.Tensor | float, scores: torch.Tensor, dim: int) ->
         raise ValueError(f"`alpha` must be in [1, 2], got values in [{low}, {high}]")
 
 
-def entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int = -1) -> torch.Tensor:
+def entmax(
+    scores: torch.Tensor, alpha: torch.Tensor | float, dim: int = -1, *, check_alpha: bool = True
+) -> torch.Tensor:
     """α-entmax of ``scores`` along ``dim`` for α ∈ [1, 2].
 
     Solves ``argmax_{p ∈ simplex} pᵀz + H_α(p)`` (Tsallis entropy ``H_α``): α = 1 is softmax,
@@ -280,12 +282,15 @@ def entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int = -1) -> 
         alpha: A float, or a tensor that broadcasts to ``scores`` and has size 1 along ``dim``
             (e.g. ``(1, heads, 1, 1)`` for one α per head). Gradients flow to a tensor α.
         dim: The dimension that sums to one.
+        check_alpha: Check that α is in [1, 2]. For a tensor α that reads its values (a device synchronisation on
+            GPU), so callers whose α is in range by construction, like the model's attention, turn it off.
 
     Returns:
         The probabilities, same shape and dtype as ``scores``.
     """
     dim = _normalize_dim(dim, scores.dim())
-    _check_alpha(alpha, scores, dim)
+    if check_alpha:
+        _check_alpha(alpha, scores, dim)
     if not isinstance(alpha, torch.Tensor) and alpha == 1.0:
         return _softmax(scores, dim)
     if native_entmax is not None and (probs := native_entmax(scores, alpha, dim)) is not None:

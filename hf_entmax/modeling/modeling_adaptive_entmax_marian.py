@@ -96,7 +96,8 @@ def entmax_attention_forward(
     alpha = module.alpha()
     if isinstance(alpha, torch.Tensor):
         alpha = alpha.view(1, -1, 1, 1)  # (1, H, 1, 1): one α per head
-    probabilities = entmax(scores, alpha, dim=-1).to(value.dtype)
+    # α is in [alpha_min, alpha_max] ⊂ [1, 2] by construction (clamped, or validated in the config).
+    probabilities = entmax(scores, alpha, dim=-1, check_alpha=False).to(value.dtype)
     dropped = nn.functional.dropout(probabilities, p=dropout, training=module.training)
 
     output = torch.matmul(dropped, value)  # (B, H, Lq, D)
