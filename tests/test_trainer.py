@@ -55,6 +55,13 @@ def test_alpha_logits_get_their_own_group_without_weight_decay(tmp_path, tokeniz
     assert {id(p) for group in optimizer.param_groups for p in group["params"]} == all_trainable
 
 
+def test_alpha_learning_rate_defaults_to_ten_times_the_models(tmp_path, tokenizer, train_features):
+    trainer = make_trainer(tmp_path, tokenizer, train_features)
+    optimizer = trainer.create_optimizer()
+    assert optimizer.param_groups[-1]["lr"] == pytest.approx(10 * trainer.args.learning_rate)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(trainer.args.learning_rate)
+
+
 def test_training_moves_alpha_and_logs_it_at_every_logging_step(tmp_path, tokenizer, train_features):
     trainer = make_trainer(tmp_path, tokenizer, train_features, alpha_learning_rate=0.05)
     before = trainer.model.get_alphas()

@@ -49,7 +49,8 @@ class ModelArguments:
     alpha_learning_rate: float | None = field(
         default=None,
         metadata={
-            "help": "Learning rate of the α logits (own optimizer group, no weight decay); default: --learning_rate."
+            "help": "Learning rate of the α logits (own optimizer group, no weight decay); "
+            "default: 10 × --learning_rate, so that α adapts within a short run."
         },
     )
     encoder_self_alpha_init: str | None = field(

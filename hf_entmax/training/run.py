@@ -318,7 +318,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         "alphas": {kind: alphas.tolist() for kind, alphas in model.get_alphas().items()},
         "hyperparameters": {
             "learning_rate": training_args.learning_rate,
-            "alpha_learning_rate": model_args.alpha_learning_rate or training_args.learning_rate,
+            "alpha_learning_rate": trainer.effective_alpha_learning_rate,
             "per_device_train_batch_size": training_args.per_device_train_batch_size,
             "max_steps": training_args.max_steps,
             "num_train_epochs": training_args.num_train_epochs,
