@@ -34,7 +34,10 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--learning_rate", type=float, default=1e-3)
     parser.add_argument(
-        "--alpha_learning_rate", type=float, default=1e-2, help="learning rate of the α logits (adaptive variant)"
+        "--alpha_learning_rate",
+        type=float,
+        default=None,
+        help="learning rate of the α logits (adaptive variant; default: training's, 10× --learning_rate)",
     )
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument(

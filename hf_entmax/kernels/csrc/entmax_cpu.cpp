@@ -5,7 +5,8 @@
 // with one normaliser c ≥ 0 per row such that Σ p = 1. The forward runs Newton on
 // h(c) = log_β(Σ p(c)) from c = 0, where it never overshoots, so c only grows and an entry that has
 // left the support (w_i ≤ c − 1/β) never returns: each iteration touches only the surviving
-// candidates, which quickly shrink to the support. The backward touches the row once.
+// candidates, which quickly shrink to the support. The backward computes the gradients to the scores and
+// to β in one pass over the support (gathered first when the row is sparse).
 //
 // Rows with β = 0, 1/2 and 1 (softmax, 1.5-entmax, sparsemax) take specialised loops: the last two
 // need no transcendental function at all. float32 uses vectorisable exp/log below; float64 uses libm,
@@ -15,6 +16,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
