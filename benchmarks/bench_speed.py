@@ -65,7 +65,7 @@ def forward_backward(function, *inputs: torch.Tensor):
 
 
 def bench_mapping(shapes, repeats: int) -> None:
-    print("\n### 1. The mapping, forward + backward\n")
+    print("\n#### 1. The mapping, forward + backward\n")
     print("| shape (B, H, Lq, Lk) | mapping | ms | × torch.softmax | speed-up over `entmax` |")
     print("| --- | --- | ---: | ---: | ---: |")
     for shape in shapes:
@@ -100,7 +100,7 @@ class _HeadAlphas(torch.nn.Module):
 
 
 def bench_attention(shapes, repeats: int) -> None:
-    print("\n### 2. Full attention (scores, padding mask, mapping, values), forward + backward\n")
+    print("\n#### 2. Full attention (scores, padding mask, mapping, values), forward + backward\n")
     print("| shape (B, H, L, L), head dim 64 | ms entmax | ms SDPA | × SDPA |")
     print("| --- | ---: | ---: | ---: |")
     for batch, heads, length, _ in shapes:
@@ -212,7 +212,7 @@ def measure_model(kind: str, repeats: int, queue) -> None:
 
 
 def bench_model(repeats: int) -> None:
-    print("\n### 3. The model (`small` preset), AdaptiveEntmaxMarian (learnable α) vs MarianMTModel (SDPA)\n")
+    print("\n#### 3. The model (`small` preset), AdaptiveEntmaxMarian (learnable α) vs MarianMTModel (SDPA)\n")
     context = multiprocessing.get_context("spawn")
     results = {}
     for kind in ("marian", "entmax"):
