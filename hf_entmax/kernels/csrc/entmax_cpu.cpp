@@ -244,9 +244,8 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& ca
   for (int step = 0; step < 50; ++step) {
     evaluate<T, Kind>(candidates, count, beta_d, normaliser, mass, slope);
     if (std::abs(mass - 1.0) <= tolerance) break;
-    // Newton on h(c) = log_β(s): c += h / |h'| with h' = −s^(β − 1) Σ g.
-    const double log_mass = std::log(mass);
-    const double newton_step = std::expm1(beta_d * log_mass) / beta_d * std::exp((1.0 - beta_d) * log_mass) / slope;
+    // Newton on h(c) = log_β(s): c += h / |h'| with h' = −s^(β − 1) Σ g, i.e. c += s (1 − s^(−β)) / (β Σ g).
+    const double newton_step = -mass * std::expm1(-beta_d * std::log(mass)) / (beta_d * slope);
     const double next = normaliser + newton_step;
     if (!(next > normaliser)) break;  // converged to rounding: the step no longer moves c
     normaliser = next;
