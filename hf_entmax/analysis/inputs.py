@@ -12,7 +12,7 @@ from transformers import AutoTokenizer, MarianMTModel, PreTrainedModel, PreTrain
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
-from ..training.data import _iter_lines, read_text_pair
+from ..training.data import iter_lines, read_text_pair
 from ..training.run import ALPHA_HISTORY_FILE
 
 
@@ -110,7 +110,7 @@ def read_sample(
         # The training data reader, so the same checks apply (line counts, UTF-8 with the line number).
         pairs = read_text_pair(source_file, target_file, "source", "target")["translation"][:sample_size]
         return [pair["source"] for pair in pairs], [pair["target"] for pair in pairs]
-    sources = [line.strip() for _, line in _iter_lines(Path(source_file)) if line.strip()]
+    sources = [line.strip() for _, line in iter_lines(Path(source_file)) if line.strip()]
     if not sources:
         raise HfEntmaxValueError(f"{source_file} contains no sentences (expected one sentence a line)")
     return sources[:sample_size], None

@@ -99,8 +99,8 @@ def read_text_pair(source_path: PathLike, target_path: PathLike, source_lang: st
     source_path, target_path = Path(source_path), Path(target_path)
     # Both files are read whole before pairing: a count mismatch is only known at the end, and zipping two
     # streams would silently pair misaligned lines up to that point.
-    sources = [line for _, line in _iter_lines(source_path)]
-    targets = [line for _, line in _iter_lines(target_path)]
+    sources = [line for _, line in iter_lines(source_path)]
+    targets = [line for _, line in iter_lines(target_path)]
     if len(sources) != len(targets):
         raise HfEntmaxValueError(
             f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}; "
@@ -186,7 +186,7 @@ def limit_samples(dataset: Dataset, max_samples: int | None) -> Dataset:
     return dataset.select(range(max_samples))
 
 
-def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line_no, text)`` for each line, 1-based, without its line ending; the one decoder of every format."""
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
@@ -209,7 +209,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _parse_tsv(path: Path) -> Iterator[tuple[int, str, str]]:
-    for line_no, line in _iter_lines(path):
+    for line_no, line in iter_lines(path):
         if not line.strip():
             # A blank line (often a trailing one) is an empty pair, skipped like any other.
             yield line_no, "", ""
@@ -223,7 +223,7 @@ def _parse_tsv(path: Path) -> Iterator[tuple[int, str, str]]:
 
 
 def _parse_jsonl(path: Path, source_lang: str, target_lang: str) -> Iterator[tuple[int, str, str]]:
-    for line_no, line in _iter_lines(path):
+    for line_no, line in iter_lines(path):
         if not line.strip():
             yield line_no, "", ""
             continue
