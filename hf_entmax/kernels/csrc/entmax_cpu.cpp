@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #if defined(__SSE__)
@@ -133,6 +134,21 @@ inline RowKind row_kind(double beta) {
   if (beta == 0.5) return RowKind::kEntmax15;
   if (beta == 1.0) return RowKind::kSparsemax;
   return RowKind::kGeneral;
+}
+
+// Calls `body` with the row's kind as a compile-time constant, so that each kind runs its own specialised loops.
+template <typename Body>
+HF_ENTMAX_INLINE decltype(auto) with_row_kind(double beta, Body&& body) {
+  switch (row_kind(beta)) {
+    case RowKind::kSoftmax:
+      return body(std::integral_constant<RowKind, RowKind::kSoftmax>{});
+    case RowKind::kEntmax15:
+      return body(std::integral_constant<RowKind, RowKind::kEntmax15>{});
+    case RowKind::kSparsemax:
+      return body(std::integral_constant<RowKind, RowKind::kSparsemax>{});
+    default:
+      return body(std::integral_constant<RowKind, RowKind::kGeneral>{});
+  }
 }
 
 // Rows are scanned in blocks of this many entries, so that blocks with no candidate are skipped cheaply.
@@ -266,20 +282,9 @@ void entmax_forward_rows(const T* scores, const T* betas, T* out, int64_t rows, 
       const T* row_scores = scores + row * size;
       T* row_out = out + row * size;
       const T beta = betas[row];
-      switch (row_kind(beta)) {
-        case RowKind::kSoftmax:
-          entmax_row<T, RowKind::kSoftmax>(row_scores, row_out, size, beta, candidates);
-          break;
-        case RowKind::kEntmax15:
-          entmax_row<T, RowKind::kEntmax15>(row_scores, row_out, size, beta, candidates);
-          break;
-        case RowKind::kSparsemax:
-          entmax_row<T, RowKind::kSparsemax>(row_scores, row_out, size, beta, candidates);
-          break;
-        case RowKind::kGeneral:
-          entmax_row<T, RowKind::kGeneral>(row_scores, row_out, size, beta, candidates);
-          break;
-      }
+      with_row_kind(beta, [&](auto kind) {
+        entmax_row<T, decltype(kind)::value>(row_scores, row_out, size, beta, candidates);
+      });
     }
   });
 }
@@ -410,21 +415,6 @@ T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t siz
   return static_cast<T>(sums.weighted_sensitivity - sums.weighted_grad * sums.sensitivity / slope_sum);
 }
 
-template <typename T, bool AlphaGrad>
-T entmax_backward_row_of_kind(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta,
-                              Support<T>& support) {
-  switch (row_kind(beta)) {
-    case RowKind::kSoftmax:
-      return entmax_backward_row<T, RowKind::kSoftmax, AlphaGrad>(probs, grad, grad_scores, size, beta, support);
-    case RowKind::kEntmax15:
-      return entmax_backward_row<T, RowKind::kEntmax15, AlphaGrad>(probs, grad, grad_scores, size, beta, support);
-    case RowKind::kSparsemax:
-      return entmax_backward_row<T, RowKind::kSparsemax, AlphaGrad>(probs, grad, grad_scores, size, beta, support);
-    default:
-      return entmax_backward_row<T, RowKind::kGeneral, AlphaGrad>(probs, grad, grad_scores, size, beta, support);
-  }
-}
-
 template <typename T>
 void entmax_backward_rows(const T* probs, const T* grad, const T* betas, T* grad_scores, T* grad_betas,
                           int64_t rows, int64_t size) {
@@ -434,13 +424,15 @@ void entmax_backward_rows(const T* probs, const T* grad, const T* betas, T* grad
     Support<T> support(size);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t offset = row * size;
-      if (grad_betas != nullptr) {
-        grad_betas[row] = entmax_backward_row_of_kind<T, true>(probs + offset, grad + offset, grad_scores + offset,
-                                                               size, betas[row], support);
-      } else {
-        entmax_backward_row_of_kind<T, false>(probs + offset, grad + offset, grad_scores + offset, size, betas[row],
-                                              support);
-      }
+      const T grad_beta = with_row_kind(betas[row], [&](auto kind) {
+        constexpr RowKind kKind = decltype(kind)::value;
+        return grad_betas != nullptr
+                   ? entmax_backward_row<T, kKind, true>(probs + offset, grad + offset, grad_scores + offset, size,
+                                                         betas[row], support)
+                   : entmax_backward_row<T, kKind, false>(probs + offset, grad + offset, grad_scores + offset, size,
+                                                          betas[row], support);
+      });
+      if (grad_betas != nullptr) grad_betas[row] = grad_beta;
     }
   });
 }
