@@ -17,6 +17,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,7 +26,7 @@
 #include <vector>
 
 #if defined(__SSE__)
-#include <xmmintrin.h>
+#include <immintrin.h>
 #endif
 
 namespace {
@@ -151,79 +152,110 @@ HF_ENTMAX_INLINE decltype(auto) with_row_kind(double beta, Body&& body) {
   }
 }
 
-// Rows are scanned in blocks of this many entries, so that blocks with no candidate are skipped cheaply.
-constexpr int64_t kBlock = 16;
+// Bit k of the result is values[k] > threshold, for k < 8.
+template <typename T>
+HF_ENTMAX_INLINE unsigned above_mask8(const T* values, T threshold) {
+#if defined(__AVX__)
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(values), _mm256_set1_ps(threshold), _CMP_GT_OQ));
+  } else {
+    const __m256d broadcast = _mm256_set1_pd(threshold);
+    return _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(values), broadcast, _CMP_GT_OQ)) |
+           _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(values + 4), broadcast, _CMP_GT_OQ)) << 4;
+  }
+#else
+  unsigned bits = 0;
+  for (int k = 0; k < 8; ++k) bits |= static_cast<unsigned>(values[k] > threshold) << k;
+  return bits;
+#endif
+}
 
-// Scratch space of one thread: the surviving candidates (shifted score, column, probability).
+// Calls keep(j), in order, for each j < count with values[j] > threshold. The comparisons run eight at a time into
+// a bit mask and only the set bits are visited, so a sparse row costs little more than one vectorised pass.
+template <typename T, typename Keep>
+HF_ENTMAX_INLINE void for_each_above(const T* values, int64_t count, T threshold, Keep&& keep) {
+  int64_t j = 0;
+  for (; j + 8 <= count; j += 8) {
+    for (unsigned bits = above_mask8(values + j, threshold); bits != 0; bits &= bits - 1) {
+      keep(j + std::countr_zero(bits));
+    }
+  }
+  for (; j < count; ++j) {
+    if (values[j] > threshold) keep(j);
+  }
+}
+
+// Gathered candidates are padded with masked entries to a multiple of this, so that the vectorised loops over them
+// never fall back to scalar code for a remainder.
+constexpr int64_t kPadding = 8;
+
+// Scratch space of one thread: the surviving candidates of a sparse row (score, column), and the probability and
+// Newton slope of each candidate.
 template <typename T>
 struct Candidates {
-  std::vector<T> shifted;
+  std::vector<T> scores, probs, slopes;
   std::vector<int64_t> column;
-  std::vector<T> probs;
-  explicit Candidates(int64_t size) : shifted(size), column(size), probs(size) {}
+  explicit Candidates(int64_t size)
+      : scores(size + kPadding), probs(size + kPadding), slopes(size + kPadding), column(size) {}
 };
 
-// p and the Newton slope g = p^(1 − β) of every candidate at normaliser c, into `probs`; returns (Σ p, Σ g).
+struct Evaluation {
+  double mass = 0.0;    // Σ p
+  double slope = 0.0;   // Σ g
+  int64_t outside = 0;  // candidates already out of the support
+};
+
+// p = [1 + β (z − shift)]_+^(1/β) and the Newton slope g = p^(1 − β) of `count` scores, into `probs` and `slopes`.
 //
-// The base 1 + β (w − c) is formed in double: at the edge of the support it is the small difference of
-// two numbers near 1, and float32 rounding there would cost p (and g = p^(1 − β)) all its digits.
+// shift = row max + c is passed as a double and split into two T, and 1 + β t is formed by one fused multiply-add:
+// at the edge of the support the base is the small difference of two numbers near 1, and rounding t or 1 + β t
+// there would cost p (and so g, which the backward recomputes from p) all its digits.
 template <typename T, RowKind Kind>
-HF_ENTMAX_INLINE void evaluate(Candidates<T>& candidates, int64_t count, double beta, double normaliser, double& mass,
-                     double& slope) {
-  const T* shifted = candidates.shifted.data();
-  T* probs = candidates.probs.data();
-  const T inverse_beta = static_cast<T>(1.0 / beta);
-  double mass_sum = 0.0, slope_sum = 0.0;
-#pragma omp simd reduction(+ : mass_sum, slope_sum)
+HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* slopes, int64_t count, T beta, double shift) {
+  const T shift_high = static_cast<T>(shift);
+  const T shift_low = static_cast<T>(shift - static_cast<double>(shift_high));
+  const T slope_exponent = T(1) / beta - T(1);
+  double mass = 0.0, slope = 0.0;
+  int64_t outside = 0;
+#pragma omp simd reduction(+ : mass, slope, outside)
   for (int64_t j = 0; j < count; ++j) {
-    const double wide_v = beta * (static_cast<double>(shifted[j]) - normaliser);
-    const T base = static_cast<T>(1.0 + wide_v);
+    const T t = (scores[j] - shift_high) - shift_low;  // z − max − c
+    const T base = std::fma(beta, t, T(1));
     const bool inside = base > T(0);
-    T p, g;
+    const T safe_base = inside ? base : T(1);
+    T g;
     if constexpr (Kind == RowKind::kSparsemax) {
-      p = inside ? base : T(0);
       g = inside ? T(1) : T(0);
     } else if constexpr (Kind == RowKind::kEntmax15) {
-      p = inside ? base * base : T(0);
       g = inside ? base : T(0);
     } else {
-      // log(1 + v) = log(base) − (base − (1 + v)) / base to first order: the second term undoes the rounding
-      // of base to T, which matters near base = 1 (and only there, where dividing by base ≈ 1 can be skipped).
-      const T safe_base = inside ? base : T(1);
-      const T rounding = static_cast<T>(static_cast<double>(base) - (1.0 + wide_v));
+      // log(1 + β t) = log(base) − ((base − 1) − β t) to first order: the second term, exact by the fused
+      // multiply-add, undoes the rounding of the base, which matters near base = 1, where p = base^(1/β) raises
+      // it to a large power (and only there, so dividing the term by base ≈ 1 can be skipped).
+      const T rounding = std::fma(-beta, t, base - T(1));
       const T log_base = Math<T>::log(safe_base) - rounding;
-      p = inside ? Math<T>::exp(log_base * inverse_beta) : T(0);
-      g = inside ? p / safe_base : T(0);
+      g = inside ? Math<T>::exp(log_base * slope_exponent) : T(0);
     }
+    const T p = g * safe_base;
     probs[j] = p;
-    mass_sum += p;
-    slope_sum += g;
+    if constexpr (Kind == RowKind::kGeneral) slopes[j] = g;
+    mass += p;
+    slope += g;
+    outside += inside ? 0 : 1;
   }
-  mass = mass_sum;
-  slope = slope_sum;
-}
-
-// Keep the candidates that can still be in the support once the normaliser is `normaliser`.
-template <typename T>
-inline int64_t prune(Candidates<T>& candidates, int64_t count, T threshold) {
-  int64_t kept = 0;
-  for (int64_t j = 0; j < count; ++j) {
-    const T w = candidates.shifted[j];
-    candidates.shifted[kept] = w;
-    candidates.column[kept] = candidates.column[j];
-    kept += w > threshold ? 1 : 0;
-  }
-  return kept;
+  return {mass, slope, static_cast<int64_t>(outside)};
 }
 
 template <typename T, RowKind Kind>
-void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& candidates) {
+void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& scratch) {
   const T lowest = std::numeric_limits<T>::lowest();
   T row_max = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : row_max)
   for (int64_t i = 0; i < size; ++i) row_max = scores[i] > row_max ? scores[i] : row_max;
-  std::fill(out, out + size, T(0));
-  if (row_max <= lowest) return;  // every entry masked: all zeros
+  if (row_max <= lowest) {  // every entry masked: all zeros
+    std::fill(out, out + size, T(0));
+    return;
+  }
 
   if constexpr (Kind == RowKind::kSoftmax) {
     double mass = 0.0;
@@ -238,38 +270,79 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& ca
     return;
   }
 
-  // At c = 0 the support is {z > max z − 1/β}; masked entries are never candidates. Sparse rows have few:
-  // blocks whose maximum is below the threshold are skipped after one vectorised pass over them.
-  int64_t count = 0;
+  // At c = 0 the support is {z > max z − 1/β}; masked entries are never candidates. A dense row is iterated on
+  // in place, writing p straight into `out`; a sparse row's candidates are gathered (and later pruned) into
+  // `scratch`, padded with masked entries.
   const T first_threshold = std::max(row_max - T(1) / beta, lowest);
-  for (int64_t start = 0; start < size; start += kBlock) {
-    const int64_t stop = std::min(size, start + kBlock);
-    T block_max = lowest;
-    for (int64_t i = start; i < stop; ++i) block_max = scores[i] > block_max ? scores[i] : block_max;
-    if (block_max <= first_threshold) continue;
-    for (int64_t i = start; i < stop; ++i) {
-      candidates.shifted[count] = scores[i] - row_max;
-      candidates.column[count] = i;
-      count += scores[i] > first_threshold ? 1 : 0;
-    }
+  int64_t count = 0;
+#pragma omp simd reduction(+ : count)
+  for (int64_t i = 0; i < size; ++i) count += scores[i] > first_threshold ? 1 : 0;
+  const T* candidate_scores = scores;
+  const int64_t* columns = nullptr;  // in place: candidate j is column j
+  T* probs = out;
+  int64_t padded_count = size;
+  const auto gather = [&](int64_t from_count, T threshold) {
+    int64_t kept = 0;
+    for_each_above(candidate_scores, from_count, threshold, [&](int64_t j) {
+      scratch.scores[kept] = candidate_scores[j];
+      scratch.column[kept] = columns != nullptr ? columns[j] : j;
+      ++kept;
+    });
+    count = kept;
+    padded_count = (kept + kPadding - 1) / kPadding * kPadding;
+    std::fill(scratch.scores.begin() + kept, scratch.scores.begin() + padded_count, lowest);
+    candidate_scores = scratch.scores.data();
+    columns = scratch.column.data();
+    probs = scratch.probs.data();
+  };
+  if (2 * count <= size) {
+    gather(size, first_threshold);
+  } else {
+    count = size;
   }
 
   const double tolerance = 2 * std::numeric_limits<T>::epsilon();
   const double beta_d = beta;
-  double normaliser = 0.0, mass = 1.0, slope = 1.0;
+  double shift = row_max;  // row max + c, with c = 0
+  Evaluation evaluation;
   for (int step = 0; step < 50; ++step) {
-    evaluate<T, Kind>(candidates, count, beta_d, normaliser, mass, slope);
+    evaluation = evaluate<T, Kind>(candidate_scores, probs, scratch.slopes.data(), padded_count, beta, shift);
+    const double mass = evaluation.mass;
     if (std::abs(mass - 1.0) <= tolerance) break;
     // Newton on h(c) = log_β(s): c += h / |h'| with h' = −s^(β − 1) Σ g, i.e. c += s (1 − s^(−β)) / (β Σ g).
-    const double newton_step = -mass * std::expm1(-beta_d * std::log(mass)) / (beta_d * slope);
-    const double next = normaliser + newton_step;
-    if (!(next > normaliser)) break;  // converged to rounding: the step no longer moves c
-    normaliser = next;
-    count = prune<T>(candidates, count, static_cast<T>(normaliser - 1.0 / beta_d));
+    const double newton_step = -mass * std::expm1(-beta_d * std::log(mass)) / (beta_d * evaluation.slope);
+    if (!(shift + newton_step > shift)) break;  // converged to rounding: the step no longer moves c
+    if constexpr (Kind == RowKind::kGeneral) {
+      // Once the step is small, p moves linearly: p(c + δ) = p − g δ + (1 − β)/2 · p/base² · δ² + …, and for β < 1/2
+      // p/base² ≤ 1 (base ≤ 1), so the first-order update is accurate to ε and saves the last evaluation.
+      if (beta_d < 0.5 && (1 - beta_d) / 2 * newton_step * newton_step <= std::numeric_limits<T>::epsilon()) {
+        const T step_size = static_cast<T>(newton_step);
+        const T* slopes = scratch.slopes.data();
+        double updated_mass = 0.0;
+#pragma omp simd reduction(+ : updated_mass)
+        for (int64_t j = 0; j < padded_count; ++j) {
+          const T p = std::max(probs[j] - slopes[j] * step_size, T(0));
+          probs[j] = p;
+          updated_mass += p;
+        }
+        evaluation.mass = updated_mass;
+        break;
+      }
+    }
+    shift += newton_step;
+    // c only grows, so an entry that has left the support never returns. Dropping the few that have is not worth
+    // a pass over the candidates; dropping a quarter is.
+    if (4 * (evaluation.outside - (padded_count - count)) > count) gather(count, static_cast<T>(shift - 1.0 / beta_d));
   }
   // The remaining error in the mass is below rounding; dividing it out makes Σ p = 1 exact.
-  const T inverse_mass = static_cast<T>(1.0 / mass);
-  for (int64_t j = 0; j < count; ++j) out[candidates.column[j]] = candidates.probs[j] * inverse_mass;
+  const T inverse_mass = static_cast<T>(1.0 / evaluation.mass);
+  if (columns == nullptr) {
+#pragma omp simd
+    for (int64_t i = 0; i < size; ++i) out[i] *= inverse_mass;
+  } else {
+    std::fill(out, out + size, T(0));
+    for (int64_t j = 0; j < count; ++j) out[columns[j]] = probs[j] * inverse_mass;
+  }
 }
 
 template <typename T>
@@ -277,13 +350,13 @@ void entmax_forward_rows(const T* scores, const T* betas, T* out, int64_t rows, 
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(size, 1));
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     FlushDenormals flush_denormals;
-    Candidates<T> candidates(size);
+    Candidates<T> scratch(size);
     for (int64_t row = begin; row < end; ++row) {
       const T* row_scores = scores + row * size;
       T* row_out = out + row * size;
       const T beta = betas[row];
       with_row_kind(beta, [&](auto kind) {
-        entmax_row<T, decltype(kind)::value>(row_scores, row_out, size, beta, candidates);
+        entmax_row<T, decltype(kind)::value>(row_scores, row_out, size, beta, scratch);
       });
     }
   });
@@ -340,11 +413,14 @@ HF_ENTMAX_INLINE BackwardSums backward_sums(const T* probs, const T* grad, T* we
         probs_sensitivity = -T(0.5) * p * log_p * log_p;
       }
     } else {
+      // p^(1 − β) and p^β each by its own exp: the rounding of an argument a log p costs exp(a log p) a relative
+      // |a log p| ε, so g = p^(1 − β) is accurate to ε/e absolutely for every p, and p^β (1 − β) times sharper
+      // than the quotient p / g would be.
       const T log_p = Math<T>::log(inside ? p : T(1));
-      const T y = beta * log_p;
-      const T base = Math<T>::exp(y);  // p^β = 1 + β w, with w = z − c
-      g = inside ? p / base : T(0);
+      g = inside ? Math<T>::exp((T(1) - beta) * log_p) : T(0);
       if constexpr (AlphaGrad) {
+        const T y = beta * log_p;
+        const T base = Math<T>::exp(y);  // p^β = 1 + β w, with w = z − c
         // u = β w recovered from p without cancellation; near u = 0 the closed form of D cancels and
         // its series w² Σ_{k≥1} (−1)^k k / (k + 1) u^(k − 1) takes over.
         const T u = y < T(0.1) && y > T(-0.1) ? small_expm1<T>(y) : base - T(1);
@@ -368,27 +444,18 @@ template <typename T>
 struct Support {
   std::vector<int64_t> column;
   std::vector<T> probs, grad, weights;
-  explicit Support(int64_t size) : column(size), probs(size), grad(size), weights(size) {}
+  explicit Support(int64_t size)
+      : column(size), probs(size + kPadding), grad(size + kPadding), weights(size + kPadding) {}
 };
 
 // One row of the backward: grad_scores = g ⊙ dp − g (Σ g dp) / Σ g, with g = p^(1 − β) on the support,
 // and, for AlphaGrad, dL/dβ = Σ dp p D − (Σ g dp)(Σ p D) / Σ g.
 template <typename T, RowKind Kind, bool AlphaGrad>
 T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta, Support<T>& support) {
-  // Gather the support, skipping blocks of zeros; a sparse row then costs little more than this scan. Where
-  // each entry is cheap anyway (no transcendental function) or the row is dense, the scan is not worth it.
+  // Gather the support; a sparse row then costs little more than this scan. Where each entry is cheap anyway (no transcendental function) or the row is dense, the scan is not worth it.
   constexpr bool kAlwaysDense = Kind == RowKind::kSoftmax || (Kind != RowKind::kGeneral && !AlphaGrad);
   int64_t count = kAlwaysDense ? size : 0;
-  for (int64_t start = 0; start < size && !kAlwaysDense; start += kBlock) {
-    const int64_t stop = std::min(size, start + kBlock);
-    T block_max = T(0);
-    for (int64_t i = start; i < stop; ++i) block_max = probs[i] > block_max ? probs[i] : block_max;
-    if (block_max <= T(0)) continue;
-    for (int64_t i = start; i < stop; ++i) {
-      support.column[count] = i;
-      count += probs[i] > T(0) ? 1 : 0;
-    }
-  }
+  if (!kAlwaysDense) for_each_above(probs, size, T(0), [&](int64_t i) { support.column[count++] = i; });
   const bool dense = 2 * count > size;  // then the whole row, in place, is cheaper than gather and scatter
   BackwardSums sums;
   if (dense) {
@@ -398,8 +465,11 @@ T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t siz
       support.probs[j] = probs[support.column[j]];
       support.grad[j] = grad[support.column[j]];
     }
+    const int64_t padded_count = (count + kPadding - 1) / kPadding * kPadding;  // padded with p = 0
+    std::fill(support.probs.begin() + count, support.probs.begin() + padded_count, T(0));
+    std::fill(support.grad.begin() + count, support.grad.begin() + padded_count, T(0));
     sums = backward_sums<T, Kind, AlphaGrad>(support.probs.data(), support.grad.data(), support.weights.data(),
-                                             count, beta);
+                                             padded_count, beta);
   }
   const double slope_sum = sums.slope > 0 ? sums.slope : 1.0;
   const T mean_grad = static_cast<T>(sums.weighted_grad / slope_sum);
