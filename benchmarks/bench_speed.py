@@ -2,8 +2,9 @@
 
     python benchmarks/bench_speed.py [--sections mapping attention model] [--repeats 7]
 
-Every time is the median of ``--repeats`` runs after a warm-up, and every ratio divides two times taken in this
-run (absolute times on a shared machine are noise; ratios much less so).
+Every time is the median of ``--repeats`` rounds after a warm-up; the variants compared run in turn within each
+round, so every ratio divides two times taken side by side (absolute times on a shared machine are noise; ratios
+much less so).
 
 1. mapping: forward + backward (to the scores and, for a learnable α, to α) on float32 scores with a realistic
    spread (std 1–3 by head) and one α per head in [1.1, 1.9], against `torch.softmax` and the `entmax`
@@ -13,7 +14,8 @@ run (absolute times on a shared machine are noise; ratios much less so).
 3. model: the `small` preset (d_model 256, 3+3 layers, 4 heads) on Multi30k-length batches (64 pairs, 10–25
    tokens a side): training tokens/s (forward, backward, AdamW step) and beam-5 generation sentences/s of
    AdaptiveEntmaxMarian (learnable α) against `MarianMTModel` with SDPA attention, identical config and weights;
-   peak memory above the model's own (RSS, each variant measured in a fresh process).
+   training steps run on the same four batches. Peak memory of training above the model's own (RSS, each variant
+   measured in a fresh process).
 """
 
 import argparse
@@ -26,6 +28,7 @@ import time
 
 import entmax as entmax_reference
 import torch
+from torch.nn.functional import scaled_dot_product_attention
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel, entmax, entmax15, sparsemax
 from hf_entmax.kernels.cpu import kernel_available
@@ -33,14 +36,21 @@ from hf_entmax.modeling.modeling_adaptive_entmax_marian import entmax_attention_
 from hf_entmax.training.presets import preset_config_kwargs
 
 
-def median_seconds(step, repeats: int) -> float:
-    step()  # warm-up
-    timings = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def median_seconds(steps: list, repeats: int) -> list[float]:
+    """The median time of each step over ``repeats`` rounds, after one warm-up run of each.
+
+    Each round runs every step once, in turn, so that a slow spell of the machine hits all of them alike and their
+    ratios stay meaningful.
+    """
+    for step in steps:
         step()
-        timings.append(time.perf_counter() - start)
-    return statistics.median(timings)
+    timings = [[] for _ in steps]
+    for _ in range(repeats):
+        for step, step_timings in zip(steps, timings, strict=True):
+            start = time.perf_counter()
+            step()
+            step_timings.append(time.perf_counter() - start)
+    return [statistics.median(step_timings) for step_timings in timings]
 
 
 def attention_scores(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
@@ -59,7 +69,7 @@ def forward_backward(function, *inputs: torch.Tensor):
 
     def step():
         leaves = [tensor.detach().requires_grad_() for tensor in inputs]
-        (function(*leaves) * upstream).sum().backward()
+        function(*leaves).backward(upstream)
 
     return step
 
@@ -71,16 +81,17 @@ def bench_mapping(shapes, repeats: int) -> None:
     for shape in shapes:
         scores = attention_scores(shape)
         alpha = per_head_alpha(shape[1])
-        softmax = median_seconds(forward_backward(lambda z: torch.softmax(z, -1), scores), repeats)
         rows = [
             ("learnable α per head", entmax, entmax_reference.entmax_bisect, (scores, alpha)),
             ("α = 1.5", entmax15, entmax_reference.entmax15, (scores,)),
             ("α = 2 (sparsemax)", sparsemax, entmax_reference.sparsemax, (scores,)),
         ]
+        steps = [forward_backward(lambda z: torch.softmax(z, -1), scores)]
+        for _, ours, reference, inputs in rows:
+            steps += [forward_backward(ours, *inputs), forward_backward(reference, *inputs)]
+        softmax, *seconds = median_seconds(steps, repeats)
         print(f"| {shape} | torch.softmax | {1000 * softmax:.2f} | 1.0 | |")
-        for name, ours, reference, inputs in rows:
-            ours_seconds = median_seconds(forward_backward(ours, *inputs), repeats)
-            reference_seconds = median_seconds(forward_backward(reference, *inputs), repeats)
+        for (name, *_), ours_seconds, reference_seconds in zip(rows, seconds[::2], seconds[1::2], strict=True):
             print(
                 f"| {shape} | hf_entmax, {name} | {1000 * ours_seconds:.2f} | {ours_seconds / softmax:.2f} "
                 f"| {reference_seconds / ours_seconds:.1f}× |"
@@ -110,22 +121,21 @@ def bench_attention(shapes, repeats: int) -> None:
         keep[0, ..., length * 3 // 4 :] = False  # one padded sequence
         additive = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
         module = _HeadAlphas(per_head_alpha(heads))
-        ours = median_seconds(
-            forward_backward(
-                lambda q, k, v, module=module, mask=additive: entmax_attention_forward(module, q, k, v, mask)[0],
-                query,
-                key,
-                value,
-            ),
-            repeats,
-        )
-        sdpa = median_seconds(
-            forward_backward(
-                lambda q, k, v, keep=keep: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep),
-                query,
-                key,
-                value,
-            ),
+        ours, sdpa = median_seconds(
+            [
+                forward_backward(
+                    lambda q, k, v, module=module, mask=additive: entmax_attention_forward(module, q, k, v, mask)[0],
+                    query,
+                    key,
+                    value,
+                ),
+                forward_backward(
+                    lambda q, k, v, keep=keep: scaled_dot_product_attention(q, k, v, attn_mask=keep),
+                    query,
+                    key,
+                    value,
+                ),
+            ],
             repeats,
         )
         print(f"| {(batch, heads, length, length)} | {1000 * ours:.2f} | {1000 * sdpa:.2f} | {ours / sdpa:.2f} |")
@@ -172,64 +182,78 @@ def current_rss_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def measure_model(kind: str, repeats: int, queue) -> None:
-    """In a fresh process: training tokens/s, generation sentences/s and peak memory above the model's own."""
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
-    model, config = build_model(kind)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batches = [model_batch(config, seed) for seed in range(repeats + 1)]
-    resident_before = current_rss_bytes()
-    tokens = []
+def training_step(model, optimizer, batches):
+    """A step that trains ``model`` on each of ``batches`` (forward, backward, AdamW step)."""
 
-    def train_step(batch):
+    def step():
         model.train()
-        loss = model(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        for batch in batches:
+            model(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
 
-    train_step(batches[-1])  # warm-up (and the optimizer's state)
-    timings = []
-    for batch in batches[:repeats]:
-        start = time.perf_counter()
-        train_step(batch)
-        timings.append(time.perf_counter() - start)
-        tokens.append(int(batch["attention_mask"].sum() + (batch["labels"] != -100).sum()))
-    tokens_per_second = statistics.median(count / seconds for count, seconds in zip(tokens, timings, strict=True))
-    peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - resident_before
+    return step
 
-    model.eval()
-    sources = batches[0]["input_ids"][:16], batches[0]["attention_mask"][:16]
 
-    def generate():
+def generation_step(model, batch):
+    """A step that translates the batch's first 16 sentences: beam 5, exactly 20 new tokens."""
+
+    def step():
+        model.eval()
         with torch.no_grad():
             model.generate(
-                input_ids=sources[0], attention_mask=sources[1], num_beams=5, max_new_tokens=20, min_new_tokens=20
+                input_ids=batch["input_ids"][:16],
+                attention_mask=batch["attention_mask"][:16],
+                num_beams=5,
+                max_new_tokens=20,
+                min_new_tokens=20,
             )
 
-    sentences_per_second = 16 / median_seconds(generate, max(3, repeats // 2))
-    queue.put((tokens_per_second, sentences_per_second, peak_bytes))
+    return step
+
+
+def measure_peak_memory(kind: str, queue) -> None:
+    """In a fresh process: the peak resident memory of training, above the model's own."""
+    model, config = build_model(kind)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = [model_batch(config, seed) for seed in range(4)]
+    resident_before = current_rss_bytes()
+    training_step(model, optimizer, batches)()
+    queue.put(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - resident_before)
 
 
 def bench_model(repeats: int) -> None:
     print("\n#### 3. The model (`small` preset), AdaptiveEntmaxMarian (learnable α) vs MarianMTModel (SDPA)\n")
     context = multiprocessing.get_context("spawn")
-    results = {}
+    memory = {}
     for kind in ("marian", "entmax"):
         queue = context.Queue()
-        process = context.Process(target=measure_model, args=(kind, repeats, queue))
+        process = context.Process(target=measure_peak_memory, args=(kind, queue))
         process.start()
-        results[kind] = queue.get()
+        memory[kind] = queue.get()
         process.join()
-    (marian_train, marian_generate, marian_memory), (train, generate, memory) = results["marian"], results["entmax"]
+
+    models = {kind: build_model(kind) for kind in ("marian", "entmax")}
+    config = models["entmax"][1]
+    batches = [model_batch(config, seed) for seed in range(4)]
+    tokens = sum(int(batch["attention_mask"].sum() + (batch["labels"] != -100).sum()) for batch in batches)
+    training = median_seconds(
+        [
+            training_step(model, torch.optim.AdamW(model.parameters(), lr=1e-4), batches)
+            for model, _ in models.values()
+        ],
+        repeats,
+    )
+    generation = median_seconds([generation_step(model, batches[0]) for model, _ in models.values()], repeats)
+    (marian_train, train), (marian_generate, generate) = (tokens / s for s in training), (16 / s for s in generation)
     print("| measure | MarianMTModel (SDPA) | AdaptiveEntmaxMarian | ratio |")
     print("| --- | ---: | ---: | ---: |")
     print(f"| training tokens/s | {marian_train:,.0f} | {train:,.0f} | {train / marian_train:.2f} |")
     generation_ratio = generate / marian_generate
     print(f"| beam-5 generation sentences/s | {marian_generate:.1f} | {generate:.1f} | {generation_ratio:.2f} |")
     print(
-        f"| peak training memory (MiB) | {marian_memory / 2**20:,.0f} | {memory / 2**20:,.0f} "
-        f"| {memory / marian_memory:.2f} |"
+        f"| peak training memory (MiB) | {memory['marian'] / 2**20:,.0f} | {memory['entmax'] / 2**20:,.0f} "
+        f"| {memory['entmax'] / memory['marian']:.2f} |"
     )
 
 

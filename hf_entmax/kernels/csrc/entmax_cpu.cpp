@@ -49,9 +49,13 @@ HF_ENTMAX_INLINE int32_t float_to_bits(float value) {
   return bits;
 }
 
+// Both are branch-free (selects vectorise badly): exp clamps its argument with max/min, and log takes its mantissa
+// in [√½, √2) by integer arithmetic on the bits.
+
 HF_ENTMAX_INLINE float fast_exp(float x) {
-  // exp(x) = 2^n · exp(r), with n = round(x / ln 2) and |r| ≤ ln 2 / 2.
-  const float clamped = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // exp(x) = 2^n · exp(r), with n = round(x / ln 2) and |r| ≤ ln 2 / 2. The argument is clamped to [−87, 88], where
+  // 2^n is a normal float: below that the result is e^−87 ≈ 1.6e−38, within float32's noise around any probability.
+  const float clamped = std::min(std::max(x, -87.0f), 88.0f);
   // Adding and subtracting 1.5 · 2^23 rounds to the nearest integer (no libm call, so it vectorises).
   const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;
@@ -62,21 +66,18 @@ HF_ENTMAX_INLINE float fast_exp(float x) {
   poly = poly * r + 1.6666665459e-1f;
   poly = poly * r + 5.0000001201e-1f;
   const float exp_r = poly * r * r + r + 1.0f;
-  const float result = exp_r * bits_to_float((static_cast<int32_t>(n) + 127) << 23);
-  return x < -87.0f ? 0.0f : result;  // below e^-87 the value is denormal; 0 is within float32's noise there
+  return exp_r * bits_to_float((static_cast<int32_t>(n) + 127) << 23);
 }
 
 HF_ENTMAX_INLINE float fast_log(float x) {
-  // x = 2^e · m with m ∈ [√½, √2): log x = e ln 2 + log m, log m by a polynomial in m − 1. x > 0.
-  const bool denormal = x < std::numeric_limits<float>::min();
-  const float scaled = denormal ? x * 8388608.0f : x;  // 2^23
-  const int32_t bits = float_to_bits(scaled);
-  int32_t exponent = ((bits >> 23) & 0xff) - 126;
-  float mantissa = bits_to_float((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
-  const bool small = mantissa < 0.707106781186547524f;
-  exponent -= small ? 1 : 0;
-  mantissa = small ? mantissa + mantissa - 1.0f : mantissa - 1.0f;
-  const float e = static_cast<float>(exponent) - (denormal ? 23.0f : 0.0f);
+  // x = 2^e · m with m ∈ [√½, √2): log x = e ln 2 + log m, log m by a polynomial in m − 1. x must be a positive
+  // normal float (denormals are flushed to zero wherever this runs, see FlushDenormals).
+  // Subtracting the bits of √½ moves the exponent's boundary from 1 to √½: the integer part of the difference is e
+  // and its fraction, put back on top of √½, is m.
+  constexpr int32_t kSqrtHalfBits = 0x3f3504f3;
+  const int32_t offset_bits = float_to_bits(x) - kSqrtHalfBits;
+  const float e = static_cast<float>(offset_bits >> 23);
+  const float mantissa = bits_to_float((offset_bits & 0x007fffff) + kSqrtHalfBits) - 1.0f;
   const float z = mantissa * mantissa;
   float poly = 7.0376836292e-2f;
   poly = poly * mantissa - 1.1514610310e-1f;
@@ -189,6 +190,9 @@ HF_ENTMAX_INLINE void for_each_above(const T* values, int64_t count, T threshold
 // never fall back to scalar code for a remainder.
 constexpr int64_t kPadding = 8;
 
+// Evaluations sum in blocks of this many entries (see evaluate).
+constexpr int64_t kSumBlock = 64;
+
 // Scratch space of one thread: the surviving candidates of a sparse row (score, column), and the probability and
 // Newton slope of each candidate.
 template <typename T>
@@ -215,35 +219,44 @@ HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* slopes, int64
   const T shift_high = static_cast<T>(shift);
   const T shift_low = static_cast<T>(shift - static_cast<double>(shift_high));
   const T slope_exponent = T(1) / beta - T(1);
-  double mass = 0.0, slope = 0.0;
-  int64_t outside = 0;
+  Evaluation evaluation;
+  // Sums over blocks of kSumBlock entries stay in T, which keeps the loop in one vector width (double sums would
+  // convert every lane); adding the blocks' sums in double keeps Σ p accurate to ε for the convergence test.
+  for (int64_t start = 0; start < count; start += kSumBlock) {
+    const int64_t stop = std::min(count, start + kSumBlock);
+    T mass = 0, slope = 0;
+    int32_t outside = 0;
 #pragma omp simd reduction(+ : mass, slope, outside)
-  for (int64_t j = 0; j < count; ++j) {
-    const T t = (scores[j] - shift_high) - shift_low;  // z − max − c
-    const T base = std::fma(beta, t, T(1));
-    const bool inside = base > T(0);
-    const T safe_base = inside ? base : T(1);
-    T g;
-    if constexpr (Kind == RowKind::kSparsemax) {
-      g = inside ? T(1) : T(0);
-    } else if constexpr (Kind == RowKind::kEntmax15) {
-      g = inside ? base : T(0);
-    } else {
-      // log(1 + β t) = log(base) − ((base − 1) − β t) to first order: the second term, exact by the fused
-      // multiply-add, undoes the rounding of the base, which matters near base = 1, where p = base^(1/β) raises
-      // it to a large power (and only there, so dividing the term by base ≈ 1 can be skipped).
-      const T rounding = std::fma(-beta, t, base - T(1));
-      const T log_base = Math<T>::log(safe_base) - rounding;
-      g = inside ? Math<T>::exp(log_base * slope_exponent) : T(0);
+    for (int64_t j = start; j < stop; ++j) {
+      const T t = (scores[j] - shift_high) - shift_low;  // z − max − c
+      const T base = std::fma(beta, t, T(1));
+      const bool inside = base > T(0);
+      const T safe_base = inside ? base : T(1);
+      T g;
+      if constexpr (Kind == RowKind::kSparsemax) {
+        g = inside ? T(1) : T(0);
+      } else if constexpr (Kind == RowKind::kEntmax15) {
+        g = inside ? base : T(0);
+      } else {
+        // log(1 + β t) = log(base) − ((base − 1) − β t) to first order: the second term, exact by the fused
+        // multiply-add, undoes the rounding of the base, which matters near base = 1, where p = base^(1/β) raises
+        // it to a large power (and only there, so dividing the term by base ≈ 1 can be skipped).
+        const T rounding = std::fma(-beta, t, base - T(1));
+        const T log_base = Math<T>::log(safe_base) - rounding;
+        g = inside ? Math<T>::exp(log_base * slope_exponent) : T(0);
+      }
+      const T p = g * safe_base;
+      probs[j] = p;
+      if constexpr (Kind == RowKind::kGeneral) slopes[j] = g;
+      mass += p;
+      slope += g;
+      outside += inside ? 0 : 1;
     }
-    const T p = g * safe_base;
-    probs[j] = p;
-    if constexpr (Kind == RowKind::kGeneral) slopes[j] = g;
-    mass += p;
-    slope += g;
-    outside += inside ? 0 : 1;
+    evaluation.mass += mass;
+    evaluation.slope += slope;
+    evaluation.outside += outside;
   }
-  return {mass, slope, static_cast<int64_t>(outside)};
+  return evaluation;
 }
 
 template <typename T, RowKind Kind>
@@ -395,48 +408,56 @@ struct BackwardSums {
 // normaliser (for AlphaGrad). Entries with p = 0 contribute nothing.
 template <typename T, RowKind Kind, bool AlphaGrad>
 HF_ENTMAX_INLINE BackwardSums backward_sums(const T* probs, const T* grad, T* weights, int64_t count, T beta) {
-  double slope_sum = 0.0, weighted_grad = 0.0, sensitivity_sum = 0.0, weighted_sensitivity = 0.0;
+  BackwardSums sums;
   const T inverse_beta = beta == T(0) ? T(1) : T(1) / beta;
+  for (int64_t start = 0; start < count; start += kSumBlock) {  // block sums in T, as in evaluate
+    const int64_t stop = std::min(count, start + kSumBlock);
+    T slope_sum = 0, weighted_grad = 0, sensitivity_sum = 0, weighted_sensitivity = 0;
 #pragma omp simd reduction(+ : slope_sum, weighted_grad, sensitivity_sum, weighted_sensitivity)
-  for (int64_t i = 0; i < count; ++i) {
-    const T p = probs[i];
-    const bool inside = p > T(0);
-    T g, probs_sensitivity = T(0);
-    if constexpr (Kind == RowKind::kSparsemax && !AlphaGrad) {
-      g = inside ? T(1) : T(0);
-    } else if constexpr (Kind == RowKind::kEntmax15 && !AlphaGrad) {
-      g = std::sqrt(p);
-    } else if constexpr (Kind == RowKind::kSoftmax) {
-      g = p;
-      if constexpr (AlphaGrad) {
+    for (int64_t i = start; i < stop; ++i) {
+      const T p = probs[i];
+      const bool inside = p > T(0);
+      T g, probs_sensitivity = T(0);
+      if constexpr (Kind == RowKind::kSparsemax && !AlphaGrad) {
+        g = inside ? T(1) : T(0);
+      } else if constexpr (Kind == RowKind::kEntmax15 && !AlphaGrad) {
+        g = std::sqrt(p);
+      } else if constexpr (Kind == RowKind::kSoftmax) {
+        g = p;
+        if constexpr (AlphaGrad) {
+          const T log_p = Math<T>::log(inside ? p : T(1));
+          probs_sensitivity = -T(0.5) * p * log_p * log_p;
+        }
+      } else {
+        // p^(1 − β) and p^β each by its own exp: the rounding of an argument a log p costs exp(a log p) a relative
+        // |a log p| ε, so g = p^(1 − β) is accurate to ε/e absolutely for every p, and p^β (1 − β) times sharper
+        // than the quotient p / g would be.
         const T log_p = Math<T>::log(inside ? p : T(1));
-        probs_sensitivity = -T(0.5) * p * log_p * log_p;
+        g = inside ? Math<T>::exp((T(1) - beta) * log_p) : T(0);
+        if constexpr (AlphaGrad) {
+          const T y = beta * log_p;
+          const T base = Math<T>::exp(y);  // p^β = 1 + β w, with w = z − c
+          // u = β w recovered from p without cancellation; near u = 0 the closed form of D cancels and
+          // its series w² Σ_{k≥1} (−1)^k k / (k + 1) u^(k − 1) takes over.
+          const T u = y < T(0.1) && y > T(-0.1) ? small_expm1<T>(y) : base - T(1);
+          const T w = u * inverse_beta;
+          const T closed_form = (w / base - log_p) * inverse_beta;
+          const T sensitivity = u < T(0.1) && u > T(-0.1) ? w * w * sensitivity_series<T>(u) : closed_form;
+          probs_sensitivity = inside ? p * sensitivity : T(0);
+        }
       }
-    } else {
-      // p^(1 − β) and p^β each by its own exp: the rounding of an argument a log p costs exp(a log p) a relative
-      // |a log p| ε, so g = p^(1 − β) is accurate to ε/e absolutely for every p, and p^β (1 − β) times sharper
-      // than the quotient p / g would be.
-      const T log_p = Math<T>::log(inside ? p : T(1));
-      g = inside ? Math<T>::exp((T(1) - beta) * log_p) : T(0);
-      if constexpr (AlphaGrad) {
-        const T y = beta * log_p;
-        const T base = Math<T>::exp(y);  // p^β = 1 + β w, with w = z − c
-        // u = β w recovered from p without cancellation; near u = 0 the closed form of D cancels and
-        // its series w² Σ_{k≥1} (−1)^k k / (k + 1) u^(k − 1) takes over.
-        const T u = y < T(0.1) && y > T(-0.1) ? small_expm1<T>(y) : base - T(1);
-        const T w = u * inverse_beta;
-        const T closed_form = (w / base - log_p) * inverse_beta;
-        const T sensitivity = u < T(0.1) && u > T(-0.1) ? w * w * sensitivity_series<T>(u) : closed_form;
-        probs_sensitivity = inside ? p * sensitivity : T(0);
-      }
+      weights[i] = g;
+      slope_sum += g;
+      weighted_grad += g * grad[i];
+      sensitivity_sum += probs_sensitivity;
+      weighted_sensitivity += probs_sensitivity * grad[i];
     }
-    weights[i] = g;
-    slope_sum += g;
-    weighted_grad += g * grad[i];
-    sensitivity_sum += probs_sensitivity;
-    weighted_sensitivity += probs_sensitivity * grad[i];
+    sums.slope += slope_sum;
+    sums.weighted_grad += weighted_grad;
+    sums.sensitivity += sensitivity_sum;
+    sums.weighted_sensitivity += weighted_sensitivity;
   }
-  return {slope_sum, weighted_grad, sensitivity_sum, weighted_sensitivity};
+  return sums;
 }
 
 // Scratch space of one thread for the backward: the support's columns, probabilities, gradients and weights.
