@@ -50,48 +50,83 @@ HF_ENTMAX_INLINE int32_t float_to_bits(float value) {
 }
 
 // Both are branch-free (selects vectorise badly): exp clamps its argument with max/min, and log takes its mantissa
-// in [√½, √2) by integer arithmetic on the bits.
+// in [√½, √2) by integer arithmetic on the bits. The rough versions, accurate to ~1e-4, serve the Newton passes far
+// from the root, where only the size of the step matters (see entmax_row).
 
-HF_ENTMAX_INLINE float fast_exp(float x) {
-  // exp(x) = 2^n · exp(r), with n = round(x / ln 2) and |r| ≤ ln 2 / 2. The argument is clamped to [−87, 88], where
-  // 2^n is a normal float: below that the result is e^−87 ≈ 1.6e−38, within float32's noise around any probability.
+// exp(x) = 2^n · exp(r), with n = round(x / ln 2) and |r| ≤ ln 2 / 2. The argument is clamped to [−87, 88], where 2^n
+// is a normal float: below that the result is e^−87 ≈ 1.6e−38, within float32's noise around any probability.
+HF_ENTMAX_INLINE float exp_reduce(float x, float& r) {
   const float clamped = std::min(std::max(x, -87.0f), 88.0f);
   // Adding and subtracting 1.5 · 2^23 rounds to the nearest integer (no libm call, so it vectorises).
   const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;
+  r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;
+  return n;
+}
+
+HF_ENTMAX_INLINE float times_power_of_two(float value, float n) {
+  return value * bits_to_float((static_cast<int32_t>(n) + 127) << 23);
+}
+
+HF_ENTMAX_INLINE float fast_exp(float x) {
+  float r;
+  const float n = exp_reduce(x, r);
   float poly = 1.9875691500e-4f;
   poly = poly * r + 1.3981999507e-3f;
   poly = poly * r + 8.3334519073e-3f;
   poly = poly * r + 4.1665795894e-2f;
   poly = poly * r + 1.6666665459e-1f;
   poly = poly * r + 5.0000001201e-1f;
-  const float exp_r = poly * r * r + r + 1.0f;
-  return exp_r * bits_to_float((static_cast<int32_t>(n) + 127) << 23);
+  return times_power_of_two(poly * r * r + r + 1.0f, n);
+}
+
+HF_ENTMAX_INLINE float rough_exp(float x) {
+  float r;
+  const float n = exp_reduce(x, r);
+  float poly = 0.16567842f;  // minimax on |r| ≤ ln 2 / 2, relative error 8e-5
+  poly = poly * r + 0.50495630f;
+  poly = poly * r + 1.00016267f;
+  poly = poly * r + 0.99992831f;
+  return times_power_of_two(poly, n);
+}
+
+// x = 2^e · m with m ∈ [√½, √2), for a positive normal float x (denormals are flushed to zero wherever these run, see
+// FlushDenormals); returns e, and m − 1 in `fraction`. Subtracting the bits of √½ moves the exponent's boundary from 1
+// to √½: the integer part of the difference is e, and its fraction, put back on top of √½, is m.
+HF_ENTMAX_INLINE float log_reduce(float x, float& fraction) {
+  constexpr int32_t kSqrtHalfBits = 0x3f3504f3;
+  const int32_t offset_bits = float_to_bits(x) - kSqrtHalfBits;
+  fraction = bits_to_float((offset_bits & 0x007fffff) + kSqrtHalfBits) - 1.0f;
+  return static_cast<float>(offset_bits >> 23);
 }
 
 HF_ENTMAX_INLINE float fast_log(float x) {
-  // x = 2^e · m with m ∈ [√½, √2): log x = e ln 2 + log m, log m by a polynomial in m − 1. x must be a positive
-  // normal float (denormals are flushed to zero wherever this runs, see FlushDenormals).
-  // Subtracting the bits of √½ moves the exponent's boundary from 1 to √½: the integer part of the difference is e
-  // and its fraction, put back on top of √½, is m.
-  constexpr int32_t kSqrtHalfBits = 0x3f3504f3;
-  const int32_t offset_bits = float_to_bits(x) - kSqrtHalfBits;
-  const float e = static_cast<float>(offset_bits >> 23);
-  const float mantissa = bits_to_float((offset_bits & 0x007fffff) + kSqrtHalfBits) - 1.0f;
-  const float z = mantissa * mantissa;
+  // log x = e ln 2 + log(1 + f), log(1 + f) = f − f²/2 + f³ P(f).
+  float f;
+  const float e = log_reduce(x, f);
+  const float z = f * f;
   float poly = 7.0376836292e-2f;
-  poly = poly * mantissa - 1.1514610310e-1f;
-  poly = poly * mantissa + 1.1676998740e-1f;
-  poly = poly * mantissa - 1.2420140846e-1f;
-  poly = poly * mantissa + 1.4249322787e-1f;
-  poly = poly * mantissa - 1.6668057665e-1f;
-  poly = poly * mantissa + 2.0000714765e-1f;
-  poly = poly * mantissa - 2.4999993993e-1f;
-  poly = poly * mantissa + 3.3333331174e-1f;
-  float y = poly * mantissa * z;
+  poly = poly * f - 1.1514610310e-1f;
+  poly = poly * f + 1.1676998740e-1f;
+  poly = poly * f - 1.2420140846e-1f;
+  poly = poly * f + 1.4249322787e-1f;
+  poly = poly * f - 1.6668057665e-1f;
+  poly = poly * f + 2.0000714765e-1f;
+  poly = poly * f - 2.4999993993e-1f;
+  poly = poly * f + 3.3333331174e-1f;
+  float y = poly * f * z;
   y += e * -2.12194440e-4f;
   y -= 0.5f * z;
-  return mantissa + y + e * 0.693359375f;
+  return f + y + e * 0.693359375f;
+}
+
+HF_ENTMAX_INLINE float rough_log(float x) {
+  float f;
+  const float e = log_reduce(x, f);
+  float poly = -0.22846314f;  // minimax for log(1 + f) on [√½ − 1, √2 − 1], absolute error 7e-5
+  poly = poly * f + 0.35868351f;
+  poly = poly * f - 0.50246409f;
+  poly = poly * f + 0.99935379f;
+  return poly * f + e * 0.693147181f;
 }
 
 // Treats denormal numbers as zero while alive. Probabilities below 1e-38 are noise, but arithmetic on them
@@ -121,12 +156,17 @@ template <>
 struct Math<float> {
   static HF_ENTMAX_INLINE float exp(float x) { return fast_exp(x); }
   static HF_ENTMAX_INLINE float log(float x) { return fast_log(x); }
+  static HF_ENTMAX_INLINE float rough_exp(float x) { return ::rough_exp(x); }
+  static HF_ENTMAX_INLINE float rough_log(float x) { return ::rough_log(x); }
 };
 
+// float64 serves gradcheck, so it is exact throughout: its rough functions are the exact ones.
 template <>
 struct Math<double> {
   static HF_ENTMAX_INLINE double exp(double x) { return std::exp(x); }
   static HF_ENTMAX_INLINE double log(double x) { return std::log(x); }
+  static HF_ENTMAX_INLINE double rough_exp(double x) { return std::exp(x); }
+  static HF_ENTMAX_INLINE double rough_log(double x) { return std::log(x); }
 };
 
 enum class RowKind { kSoftmax, kEntmax15, kSparsemax, kGeneral };
@@ -214,7 +254,7 @@ struct Evaluation {
 // shift = row max + c is passed as a double and split into two T, and 1 + β t is formed by one fused multiply-add:
 // at the edge of the support the base is the small difference of two numbers near 1, and rounding t or 1 + β t
 // there would cost p (and so g, which the backward recomputes from p) all its digits.
-template <typename T, RowKind Kind>
+template <typename T, RowKind Kind, bool Rough>
 HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* slopes, int64_t count, T beta, double shift) {
   const T shift_high = static_cast<T>(shift);
   const T shift_low = static_cast<T>(shift - static_cast<double>(shift_high));
@@ -237,6 +277,8 @@ HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* slopes, int64
         g = inside ? T(1) : T(0);
       } else if constexpr (Kind == RowKind::kEntmax15) {
         g = inside ? base : T(0);
+      } else if constexpr (Rough) {
+        g = inside ? Math<T>::rough_exp(Math<T>::rough_log(safe_base) * slope_exponent) : T(0);
       } else {
         // log(1 + β t) = log(base) − ((base − 1) − β t) to first order: the second term, exact by the fused
         // multiply-add, undoes the rounding of the base, which matters near base = 1, where p = base^(1/β) raises
@@ -246,8 +288,10 @@ HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* slopes, int64
         g = inside ? Math<T>::exp(log_base * slope_exponent) : T(0);
       }
       const T p = g * safe_base;
-      probs[j] = p;
-      if constexpr (Kind == RowKind::kGeneral) slopes[j] = g;
+      if constexpr (!Rough) {  // a rough pass only steers c
+        probs[j] = p;
+        if constexpr (Kind == RowKind::kGeneral) slopes[j] = g;
+      }
       mass += p;
       slope += g;
       outside += inside ? 0 : 1;
@@ -317,20 +361,27 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& sc
   const double tolerance = 2 * std::numeric_limits<T>::epsilon();
   const double beta_d = beta;
   double shift = row_max;  // row max + c, with c = 0
+  // Far from the root (Σ p off by more than 10%), only the size of the step matters: general rows evaluate p there
+  // with rough exp/log, twice as cheap. A rough step can overshoot the root slightly; the exact Newton step after it
+  // comes back below (the tangent of the convex h stays below h), so entries are pruned only after exact steps.
+  bool rough = Kind == RowKind::kGeneral;
+  bool below_root = true;  // c ≤ c*: no entry outside the support at c can be in it at the root
   Evaluation evaluation;
   for (int step = 0; step < 50; ++step) {
-    evaluation = evaluate<T, Kind>(candidate_scores, probs, scratch.slopes.data(), padded_count, beta, shift);
+    T* slopes = scratch.slopes.data();
+    evaluation = rough ? evaluate<T, Kind, true>(candidate_scores, probs, slopes, padded_count, beta, shift)
+                       : evaluate<T, Kind, false>(candidate_scores, probs, slopes, padded_count, beta, shift);
     const double mass = evaluation.mass;
-    if (std::abs(mass - 1.0) <= tolerance) break;
+    if (!rough && std::abs(mass - 1.0) <= tolerance) break;
     // Newton on h(c) = log_β(s): c += h / |h'| with h' = −s^(β − 1) Σ g, i.e. c += s (1 − s^(−β)) / (β Σ g).
     const double newton_step = -mass * std::expm1(-beta_d * std::log(mass)) / (beta_d * evaluation.slope);
-    if (!(shift + newton_step > shift)) break;  // converged to rounding: the step no longer moves c
+    if (!rough && below_root && !(newton_step > 0)) break;  // converged to rounding: Newton cannot move c further
     if constexpr (Kind == RowKind::kGeneral) {
       // Once the step is small, p moves linearly: p(c + δ) = p − g δ + (1 − β)/2 · p/base² · δ² + …, and for β < 1/2
       // p/base² ≤ 1 (base ≤ 1), so the first-order update is accurate to ε and saves the last evaluation.
-      if (beta_d < 0.5 && (1 - beta_d) / 2 * newton_step * newton_step <= std::numeric_limits<T>::epsilon()) {
+      if (!rough && beta_d < 0.5 &&
+          (1 - beta_d) / 2 * newton_step * newton_step <= std::numeric_limits<T>::epsilon()) {
         const T step_size = static_cast<T>(newton_step);
-        const T* slopes = scratch.slopes.data();
         double updated_mass = 0.0;
 #pragma omp simd reduction(+ : updated_mass)
         for (int64_t j = 0; j < padded_count; ++j) {
@@ -343,9 +394,13 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& sc
       }
     }
     shift += newton_step;
+    below_root = !rough;
     // c only grows, so an entry that has left the support never returns. Dropping the few that have is not worth
     // a pass over the candidates; dropping a quarter is.
-    if (4 * (evaluation.outside - (padded_count - count)) > count) gather(count, static_cast<T>(shift - 1.0 / beta_d));
+    if (below_root && 4 * (evaluation.outside - (padded_count - count)) > count) {
+      gather(count, static_cast<T>(shift - 1.0 / beta_d));
+    }
+    rough = rough && std::abs(mass - 1.0) > 0.1;
   }
   // The remaining error in the mass is below rounding; dividing it out makes Σ p = 1 exact.
   const T inverse_mass = static_cast<T>(1.0 / evaluation.mass);
