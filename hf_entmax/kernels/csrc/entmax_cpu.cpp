@@ -430,26 +430,15 @@ void entmax_forward_rows(const T* scores, const T* betas, T* out, int64_t rows, 
   });
 }
 
-// expm1 for |y| < 0.1 by its Taylor series (relative error < 1e-15), where exp(y) − 1 would cancel.
+// ψ(v) = (e^v − 1 − v) / v² = Σ_{k≥0} v^k / (k + 2)! for 0 ≤ v < 1, to T's precision, in the nested form
+// (1/2)(1 + v/3 (1 + v/4 (1 + …))).
 template <typename T>
-HF_ENTMAX_INLINE T small_expm1(T y) {
-  T sum = T(1) / T(40320);
-  sum = sum * y + T(1) / T(5040);
-  sum = sum * y + T(1) / T(720);
-  sum = sum * y + T(1) / T(120);
-  sum = sum * y + T(1) / T(24);
-  sum = sum * y + T(1) / T(6);
-  sum = sum * y + T(1) / T(2);
-  sum = sum * y + T(1);
-  return sum * y;
-}
-
-// Σ_{k≥1} (−1)^k k / (k + 1) u^(k − 1), the series of ∂ log p / ∂β divided by w² near u = 0.
-template <typename T>
-HF_ENTMAX_INLINE T sensitivity_series(T u) {
-  T sum = T(0);
-  for (int k = 10; k >= 1; --k) sum = sum * u + ((k % 2) ? -T(1) : T(1)) * T(k) / T(k + 1);
-  return sum;
+HF_ENTMAX_INLINE T psi_series(T v) {
+  constexpr int kLastDivisor = std::is_same_v<T, float> ? 11 : 18;  // the first omitted term is below ε
+  T sum = T(1);
+#pragma GCC unroll 16
+  for (int k = kLastDivisor; k >= 3; --k) sum = sum * (v * (T(1) / T(k))) + T(1);
+  return sum * T(0.5);
 }
 
 struct BackwardSums {
@@ -464,7 +453,7 @@ struct BackwardSums {
 template <typename T, RowKind Kind, bool AlphaGrad>
 HF_ENTMAX_INLINE BackwardSums backward_sums(const T* probs, const T* grad, T* weights, int64_t count, T beta) {
   BackwardSums sums;
-  const T inverse_beta = beta == T(0) ? T(1) : T(1) / beta;
+  const T inverse_beta_squared = beta == T(0) ? T(1) : T(1) / (beta * beta);
   for (int64_t start = 0; start < count; start += kSumBlock) {  // block sums in T, as in evaluate
     const int64_t stop = std::min(count, start + kSumBlock);
     T slope_sum = 0, weighted_grad = 0, sensitivity_sum = 0, weighted_sensitivity = 0;
@@ -484,21 +473,16 @@ HF_ENTMAX_INLINE BackwardSums backward_sums(const T* probs, const T* grad, T* we
           probs_sensitivity = -T(0.5) * p * log_p * log_p;
         }
       } else {
-        // p^(1 − β) and p^β each by its own exp: the rounding of an argument a log p costs exp(a log p) a relative
-        // |a log p| ε, so g = p^(1 − β) is accurate to ε/e absolutely for every p, and p^β (1 − β) times sharper
-        // than the quotient p / g would be.
+        // g = p^(1 − β) straight from log p: rounding the argument costs a relative (1 − β)|log p| ε, so g is accurate
+        // to ε/e absolutely for every p (p / p^β would not be for a tiny p, whose p^β is then inexact).
         const T log_p = Math<T>::log(inside ? p : T(1));
         g = inside ? Math<T>::exp((T(1) - beta) * log_p) : T(0);
         if constexpr (AlphaGrad) {
-          const T y = beta * log_p;
-          const T base = Math<T>::exp(y);  // p^β = 1 + β w, with w = z − c
-          // u = β w recovered from p without cancellation; near u = 0 the closed form of D cancels and
-          // its series w² Σ_{k≥1} (−1)^k k / (k + 1) u^(k − 1) takes over.
-          const T u = y < T(0.1) && y > T(-0.1) ? small_expm1<T>(y) : base - T(1);
-          const T w = u * inverse_beta;
-          const T closed_form = (w / base - log_p) * inverse_beta;
-          const T sensitivity = u < T(0.1) && u > T(-0.1) ? w * w * sensitivity_series<T>(u) : closed_form;
-          probs_sensitivity = inside ? p * sensitivity : T(0);
+          // With L = log p and v = −βL ≥ 0, D = −L² ψ(v); and as p e^v = p^(1 − β) = g, p D = (p (1 + v) − g) / β²,
+          // which cancels only for small v, where ψ's series takes over. p = 0 gives 0 either way (L = v = 0).
+          const T v = -beta * log_p;
+          const T closed_form = (p * (T(1) + v) - g) * inverse_beta_squared;
+          probs_sensitivity = v < T(1) ? -log_p * log_p * p * psi_series(v) : closed_form;
         }
       }
       weights[i] = g;
