@@ -2,15 +2,21 @@
 //
 // With β = α − 1 and each row's maximum moved to 0 (w = z − max z ≤ 0), the solution is
 //     p_i = [1 + β (w_i − c)]_+ ^ (1/β)          (softmax at β = 0)
-// with one normaliser c ≥ 0 per row such that Σ p = 1. The forward runs Newton on
-// h(c) = log_β(Σ p(c)) from c = 0, where it never overshoots, so c only grows and an entry that has
-// left the support (w_i ≤ c − 1/β) never returns: each iteration touches only the surviving
-// candidates, which quickly shrink to the support. The backward computes the gradients to the scores and
-// to β in one pass over the support (gathered first when the row is sparse).
+// with one normaliser c ≥ 0 per row such that Σ p = 1. The forward runs Newton on the convex, decreasing
+// h(c) = log_β(Σ p(c)) from c = 0. Every exact Newton step lands at or below the root, so c only grows and an
+// entry that has left the support (w_i ≤ c − 1/β) never returns: the iterations touch only the surviving
+// candidates, gathered (with a bit mask, eight comparisons at a time) once enough of them have dropped out.
+// Three things keep the number of full-precision passes low:
+//   - far from the root, passes use rough exp/log (~1e-4), which only steer c;
+//   - a dense row (β < 1/2) finishes with a first-order update of p once the step is below √ε;
+//   - float32 passes stay in float32 (the row's shift is split into two floats and the base is formed by a fused
+//     multiply-add), summing in blocks, so every loop runs at one vector width.
+// The backward computes the gradients to the scores and to β in one pass over the support (gathered first when the
+// row is sparse).
 //
-// Rows with β = 0, 1/2 and 1 (softmax, 1.5-entmax, sparsemax) take specialised loops: the last two
-// need no transcendental function at all. float32 uses vectorisable exp/log below; float64 uses libm,
-// so that float64 gradcheck tests this very code.
+// Rows with β = 0, 1/2 and 1 (softmax, 1.5-entmax, sparsemax) take specialised loops: the last two need no
+// transcendental function at all. float32 uses the vectorisable exp/log below; float64 uses libm everywhere (its
+// rough functions are exact), so that float64 gradcheck tests this very code.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
