@@ -309,6 +309,23 @@ HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* slopes, int64
   return evaluation;
 }
 
+// s (1 − s^(−β)) / β, the numerator of the Newton step, from the mass s of a pass. It costs little next to a pass
+// over a long row, but two libm calls per pass are a third of the time of a short row (decoding attends over a few
+// keys): a rough pass (s far from 1, no cancellation) takes rough exp/log, and near the root a series in s − 1.
+template <typename T>
+inline double newton_numerator(double mass, double beta, bool rough) {
+  const double x = mass - 1.0;
+  if (rough) {
+    return mass * (1.0 - Math<T>::rough_exp(static_cast<T>(-beta * Math<T>::rough_log(static_cast<T>(mass))))) / beta;
+  }
+  if (std::abs(x) < 1e-3) {
+    // (1 + x)(x − (β + 1)/2 x² + (β + 1)(β + 2)/6 x³ − (β + 1)(β + 2)(β + 3)/24 x⁴), with an error below x⁵ < 1e-15.
+    const double b1 = beta + 1, b2 = b1 * (beta + 2) / 6, b3 = b2 * (beta + 3) / 4;
+    return (1.0 + x) * x * (1.0 - x * (b1 / 2 - x * (b2 - x * b3)));
+  }
+  return -mass * std::expm1(-beta * std::log(mass)) / beta;
+}
+
 template <typename T, RowKind Kind>
 void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& scratch) {
   const T lowest = std::numeric_limits<T>::lowest();
@@ -380,7 +397,7 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& sc
     const double mass = evaluation.mass;
     if (!rough && std::abs(mass - 1.0) <= tolerance) break;
     // Newton on h(c) = log_β(s): c += h / |h'| with h' = −s^(β − 1) Σ g, i.e. c += s (1 − s^(−β)) / (β Σ g).
-    const double newton_step = -mass * std::expm1(-beta_d * std::log(mass)) / (beta_d * evaluation.slope);
+    const double newton_step = newton_numerator<T>(mass, beta_d, rough) / evaluation.slope;
     if (!rough && below_root && !(newton_step > 0)) break;  // converged to rounding: Newton cannot move c further
     if constexpr (Kind == RowKind::kGeneral) {
       // Once the step is small, p moves linearly: p(c + δ) = p − g δ + (1 − β)/2 · p/base² · δ² + …, and for β < 1/2
