@@ -110,22 +110,24 @@ def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -
     if not kernel_available():
         return None
     compute_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
-    moved = scores.movedim(dim, -1)
+    last = dim == scores.dim() - 1
+    moved = scores if last else scores.movedim(dim, -1)
     if moved.dtype != compute_dtype:
         # The mask value of a half dtype is not the lowest float32: mark it as −inf before converting.
         masked = moved <= torch.finfo(moved.dtype).min
         moved = moved.to(compute_dtype).masked_fill(masked, float("-inf"))
-    rows_shape = moved.shape[:-1]
     matrix = moved.reshape(-1, moved.shape[-1]).contiguous()  # (rows, size)
     if isinstance(alpha, torch.Tensor):
-        row_alpha = (
-            alpha.to(compute_dtype)
-            .broadcast_to((*scores.shape[:dim], 1, *scores.shape[dim + 1 :]))
-            .movedim(dim, -1)[..., 0]
-        )
-        betas = (row_alpha.expand(rows_shape) - 1).reshape(-1).contiguous()  # (rows,)
+        # One β per row, in the rows' order.
+        row_shape = (*scores.shape[:dim], 1, *scores.shape[dim + 1 :])
+        betas = (alpha.to(compute_dtype) - 1).broadcast_to(row_shape)
+        betas = (betas if last else betas.movedim(dim, -1)).reshape(-1).contiguous()  # (rows,)
     else:
         # α rounded to the compute dtype before subtracting 1, exactly as a tensor α is.
         betas = torch.full((matrix.shape[0],), float(alpha), dtype=compute_dtype) - 1
-    probs = NativeEntmaxFunction.apply(matrix, betas)
-    return probs.view(moved.shape).movedim(-1, dim).to(scores.dtype)
+    if torch.is_grad_enabled() and (matrix.requires_grad or betas.requires_grad):
+        probs = NativeEntmaxFunction.apply(matrix, betas)
+    else:  # inference (generation): the autograd Function's bookkeeping is a fair share of a small call
+        probs = torch.ops.hf_entmax.entmax_forward(matrix, betas)
+    probs = probs.view(moved.shape)
+    return (probs if last else probs.movedim(-1, dim)).to(scores.dtype)
