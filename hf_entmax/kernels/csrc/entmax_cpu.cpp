@@ -23,7 +23,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -224,7 +223,7 @@ HF_ENTMAX_INLINE void for_each_above(const T* values, int64_t count, T threshold
   int64_t j = 0;
   for (; j + 8 <= count; j += 8) {
     for (unsigned bits = above_mask8(values + j, threshold); bits != 0; bits &= bits - 1) {
-      keep(j + std::countr_zero(bits));
+      keep(j + __builtin_ctz(bits));  // the lowest set bit (std::countr_zero needs C++20)
     }
   }
   for (; j < count; ++j) {
