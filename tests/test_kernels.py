@@ -127,6 +127,15 @@ def test_each_row_is_computed_alone():
         assert torch.equal(alone[0], together[index])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_take_the_pytorch_implementation_and_agree_with_the_kernel():
+    scores = attention_scores(seed=4, dtype=torch.float32, shape=(2, 4, 16, 64))
+    alpha = torch.tensor([1.1, 1.37, 1.5, 1.9]).view(1, 4, 1, 1)
+    assert cpu.native_entmax(scores.cuda(), alpha.cuda(), 3) is None
+    gpu, native = (entmax(scores.to(device), alpha.to(device)).cpu() for device in ("cuda", "cpu"))
+    torch.testing.assert_close(gpu, native, rtol=1e-5, atol=1e-5)
+
+
 def test_kernel_is_used_for_cpu_tensors(monkeypatch):
     calls = []
     original = cpu.native_entmax
