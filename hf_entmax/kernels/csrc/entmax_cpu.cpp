@@ -54,9 +54,9 @@ HF_ENTMAX_INLINE int32_t float_to_bits(float value) {
   return bits;
 }
 
-// Both are branch-free (selects vectorise badly): exp clamps its argument with max/min, and log takes its mantissa
-// in [√½, √2) by integer arithmetic on the bits. The rough versions, accurate to ~1e-4, serve the Newton passes far
-// from the root, where only the size of the step matters (see entmax_row).
+// Both are branch-free: exp clamps its argument, and log takes its mantissa in [√½, √2) by integer arithmetic on
+// the bits rather than by a comparison and two selects. The rough versions, accurate to ~1e-4, serve the Newton
+// passes far from the root, where only the size of the step matters (see entmax_row).
 
 // exp(x) = 2^n · exp(r), with n = round(x / ln 2) and |r| ≤ ln 2 / 2. The argument is clamped to [−87, 88], where 2^n
 // is a normal float: below that the result is e^−87 ≈ 1.6e−38, within float32's noise around any probability.
@@ -417,8 +417,8 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& sc
     }
     shift += newton_step;
     below_root = !rough;
-    // c only grows, so an entry that has left the support never returns. Dropping the few that have is not worth
-    // a pass over the candidates; dropping a quarter is.
+    // After an exact step c ≤ c*, so an entry outside the support at c is outside it at the root. Dropping the few
+    // that are is not worth a pass over the candidates; dropping a quarter is.
     if (below_root && 4 * (evaluation.outside - (padded_count - count)) > count) {
       gather(count, static_cast<T>(shift - 1.0 / beta_d));
     }
@@ -534,7 +534,8 @@ struct Support {
 // and, for AlphaGrad, dL/dβ = Σ dp p D − (Σ g dp)(Σ p D) / Σ g.
 template <typename T, RowKind Kind, bool AlphaGrad>
 T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta, Support<T>& support) {
-  // Gather the support; a sparse row then costs little more than this scan. Where each entry is cheap anyway (no transcendental function) or the row is dense, the scan is not worth it.
+  // Gather the support; a sparse row then costs little more than this scan. Where each entry is cheap anyway (no
+  // transcendental function) or the row is dense, the scan is not worth it.
   constexpr bool kAlwaysDense = Kind == RowKind::kSoftmax || (Kind != RowKind::kGeneral && !AlphaGrad);
   int64_t count = kAlwaysDense ? size : 0;
   if (!kAlwaysDense) for_each_above(probs, size, T(0), [&](int64_t i) { support.column[count++] = i; });
