@@ -23,6 +23,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -75,13 +76,14 @@ HF_ENTMAX_INLINE float times_power_of_two(float value, float n) {
 HF_ENTMAX_INLINE float fast_exp(float x) {
   float r;
   const float n = exp_reduce(x, r);
-  float poly = 1.9875691500e-4f;
-  poly = poly * r + 1.3981999507e-3f;
-  poly = poly * r + 8.3334519073e-3f;
-  poly = poly * r + 4.1665795894e-2f;
-  poly = poly * r + 1.6666665459e-1f;
-  poly = poly * r + 5.0000001201e-1f;
-  return times_power_of_two(poly * r * r + r + 1.0f, n);
+  // exp(r) = 1 + r + r² P(r), with P evaluated in pairs of terms (Estrin's scheme) rather than by Horner's rule:
+  // the loops that call this are bound by the latency of their longest chain of dependent operations.
+  const float r2 = r * r;
+  const float low = 5.0000001201e-1f + r * 1.6666665459e-1f;
+  const float middle = 4.1665795894e-2f + r * 8.3334519073e-3f;
+  const float high = 1.3981999507e-3f + r * 1.9875691500e-4f;
+  const float poly = low + r2 * (middle + r2 * high);
+  return times_power_of_two(poly * r2 + r + 1.0f, n);
 }
 
 HF_ENTMAX_INLINE float rough_exp(float x) {
@@ -105,19 +107,16 @@ HF_ENTMAX_INLINE float log_reduce(float x, float& fraction) {
 }
 
 HF_ENTMAX_INLINE float fast_log(float x) {
-  // log x = e ln 2 + log(1 + f), log(1 + f) = f − f²/2 + f³ P(f).
+  // log x = e ln 2 + log(1 + f), log(1 + f) = f − f²/2 + f³ P(f), with P by Estrin's scheme (see fast_exp).
   float f;
   const float e = log_reduce(x, f);
   const float z = f * f;
-  float poly = 7.0376836292e-2f;
-  poly = poly * f - 1.1514610310e-1f;
-  poly = poly * f + 1.1676998740e-1f;
-  poly = poly * f - 1.2420140846e-1f;
-  poly = poly * f + 1.4249322787e-1f;
-  poly = poly * f - 1.6668057665e-1f;
-  poly = poly * f + 2.0000714765e-1f;
-  poly = poly * f - 2.4999993993e-1f;
-  poly = poly * f + 3.3333331174e-1f;
+  const float z2 = z * z;
+  const float terms01 = 3.3333331174e-1f - f * 2.4999993993e-1f;
+  const float terms23 = 2.0000714765e-1f - f * 1.6668057665e-1f;
+  const float terms45 = 1.4249322787e-1f - f * 1.2420140846e-1f;
+  const float terms67 = 1.1676998740e-1f - f * 1.1514610310e-1f;
+  const float poly = ((terms01 + z * terms23) + z2 * (terms45 + z * terms67)) + (z2 * z2) * 7.0376836292e-2f;
   float y = poly * f * z;
   y += e * -2.12194440e-4f;
   y -= 0.5f * z;
@@ -452,15 +451,32 @@ void entmax_forward_rows(const T* scores, const T* betas, T* out, int64_t rows, 
   });
 }
 
-// ψ(v) = (e^v − 1 − v) / v² = Σ_{k≥0} v^k / (k + 2)! for 0 ≤ v < 1, to T's precision, in the nested form
-// (1/2)(1 + v/3 (1 + v/4 (1 + …))).
+// 1/(k + 2)! for k < Terms: the coefficients of ψ's series below.
+template <typename T, int Terms>
+constexpr std::array<T, Terms> psi_coefficients() {
+  std::array<T, Terms> coefficients{};
+  double value = 0.5;
+  for (int k = 0; k < Terms; ++k) {
+    coefficients[k] = static_cast<T>(value);
+    value /= k + 3;
+  }
+  return coefficients;
+}
+
+// ψ(v) = (e^v − 1 − v) / v² = Σ_{k≥0} v^k / (k + 2)! for 0 ≤ v < 1, to T's precision. Horner's rule runs on the even
+// and the odd terms separately (in v²), which halves the chain of dependent operations (see fast_exp).
 template <typename T>
 HF_ENTMAX_INLINE T psi_series(T v) {
-  constexpr int kLastDivisor = std::is_same_v<T, float> ? 11 : 18;  // the first omitted term is below ε
-  T sum = T(1);
+  constexpr int kTerms = std::is_same_v<T, float> ? 10 : 17;  // the first omitted term is below ε
+  constexpr std::array<T, kTerms> kCoefficients = psi_coefficients<T, kTerms>();
+  const T v2 = v * v;
+  constexpr int kLastEven = (kTerms - 1) / 2 * 2, kLastOdd = kTerms / 2 * 2 - 1;
+  T even = kCoefficients[kLastEven], odd = kCoefficients[kLastOdd];
 #pragma GCC unroll 16
-  for (int k = kLastDivisor; k >= 3; --k) sum = sum * (v * (T(1) / T(k))) + T(1);
-  return sum * T(0.5);
+  for (int k = kLastEven - 2; k >= 0; k -= 2) even = even * v2 + kCoefficients[k];
+#pragma GCC unroll 16
+  for (int k = kLastOdd - 2; k >= 1; k -= 2) odd = odd * v2 + kCoefficients[k];
+  return even + v * odd;
 }
 
 struct BackwardSums {
@@ -534,16 +550,22 @@ struct Support {
 // and, for AlphaGrad, dL/dβ = Σ dp p D − (Σ g dp)(Σ p D) / Σ g.
 template <typename T, RowKind Kind, bool AlphaGrad>
 T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta, Support<T>& support) {
-  // Gather the support; a sparse row then costs little more than this scan. Where each entry is cheap anyway (no
-  // transcendental function) or the row is dense, the scan is not worth it.
+  // Count the support (one vectorised pass) and gather it if the row is sparse, which then costs little more than
+  // the count. Where each entry is cheap anyway (no transcendental function), the count is not worth it.
   constexpr bool kAlwaysDense = Kind == RowKind::kSoftmax || (Kind != RowKind::kGeneral && !AlphaGrad);
-  int64_t count = kAlwaysDense ? size : 0;
-  if (!kAlwaysDense) for_each_above(probs, size, T(0), [&](int64_t i) { support.column[count++] = i; });
+  int64_t count = size;
+  if constexpr (!kAlwaysDense) {
+    count = 0;
+#pragma omp simd reduction(+ : count)
+    for (int64_t i = 0; i < size; ++i) count += probs[i] > T(0) ? 1 : 0;
+  }
   const bool dense = 2 * count > size;  // then the whole row, in place, is cheaper than gather and scatter
   BackwardSums sums;
   if (dense) {
     sums = backward_sums<T, Kind, AlphaGrad>(probs, grad, grad_scores, size, beta);
   } else {
+    count = 0;
+    for_each_above(probs, size, T(0), [&](int64_t i) { support.column[count++] = i; });
     for (int64_t j = 0; j < count; ++j) {
       support.probs[j] = probs[support.column[j]];
       support.grad[j] = grad[support.column[j]];
