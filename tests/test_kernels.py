@@ -113,6 +113,24 @@ def test_float32_kernel_on_rows_of_every_kind(size):
         torch.testing.assert_close(fast_value, reference_value, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("size", [256, 2048])
+def test_float32_kernel_on_long_near_softmax_rows(size):
+    """α < 1.5 on long rows: one rough Halley pass, then exact passes and the Taylor finish, which may start above the
+    root; low spread (hundreds of entries in the support), ties with the maximum, and outliers."""
+    generator = torch.Generator().manual_seed(size)
+    betas = torch.tensor([0.02, 0.1, 0.2, 0.25, 0.3, 0.45]).repeat_interleave(16)
+    rows = betas.shape[0]
+    scale = torch.tensor([0.1, 0.3, 1.0, 3.0]).repeat(rows // 4)[:, None]
+    scores = torch.randn(rows, size, generator=generator, dtype=torch.float64) * scale
+    ties = torch.arange(rows) % 3 == 1
+    scores[ties, : size // 2] = scores[ties].max(-1, keepdim=True).values - 1e-3 * torch.rand(size // 2)
+    scores[torch.arange(rows) % 3 == 2, 0] += 8
+    scores = scores.float().double()
+    fast = cpu.NativeEntmaxFunction.apply(scores.float(), betas).double()
+    reference = EntmaxFunction.apply(scores, (betas.double() + 1)[:, None], 1)
+    torch.testing.assert_close(fast, reference, rtol=0, atol=1e-6)
+
+
 def test_each_row_is_computed_alone():
     """A row's result does not depend on the rows computed before it by the same thread (scratch space is reused)."""
     generator = torch.Generator().manual_seed(0)

@@ -6,9 +6,10 @@
 // h(c) = log_β(Σ p(c)) from c = 0. Every exact Newton step lands at or below the root, so c only grows and an
 // entry that has left the support (w_i ≤ c − 1/β) never returns: the iterations touch only the surviving
 // candidates, gathered (with a bit mask, eight comparisons at a time) once enough of them have dropped out.
-// Three things keep the number of full-precision passes low:
-//   - far from the root, passes use rough exp/log (~1e-4), which only steer c;
-//   - a dense row (β < 1/2) finishes with a first-order update of p once the step is below √ε;
+// Three things keep the number and the cost of the passes low:
+//   - far from the root, passes use rough exp/log (~1e-4), which only steer c, and (for β < 1/2) take Halley's step;
+//   - a row with β < 1/2 finishes with a Taylor update of p (of order up to 3) once the step is short enough, so that
+//     a row with α ≤ 1.25 needs one rough and one exact pass;
 //   - float32 passes stay in float32 (the row's shift is split into two floats and the base is formed by a fused
 //     multiply-add), summing in blocks, so every loop runs at one vector width.
 // The backward computes the gradients to the scores and to β in one pass over the support (gathered first when the
@@ -173,13 +174,18 @@ struct Math<double> {
   static HF_ENTMAX_INLINE double rough_log(double x) { return std::log(x); }
 };
 
-enum class RowKind { kSoftmax, kEntmax15, kSparsemax, kGeneral };
+// β = 0, 1/2 and 1 have loops of their own. The other rows split at β = 1/2: below it (α < 1.5) rows are mostly
+// dense and every pass costs a log and an exp per entry, so their forward spends a little more per pass to take
+// fewer of them (Halley's steps and a Taylor finish, see entmax_row).
+enum class RowKind { kSoftmax, kEntmax15, kSparsemax, kNearSoftmax, kNearSparsemax };
+
+constexpr bool is_general(RowKind kind) { return kind == RowKind::kNearSoftmax || kind == RowKind::kNearSparsemax; }
 
 inline RowKind row_kind(double beta) {
   if (beta == 0.0) return RowKind::kSoftmax;
   if (beta == 0.5) return RowKind::kEntmax15;
   if (beta == 1.0) return RowKind::kSparsemax;
-  return RowKind::kGeneral;
+  return beta < 0.5 ? RowKind::kNearSoftmax : RowKind::kNearSparsemax;
 }
 
 // Calls `body` with the row's kind as a compile-time constant, so that each kind runs its own specialised loops.
@@ -192,8 +198,10 @@ HF_ENTMAX_INLINE decltype(auto) with_row_kind(double beta, Body&& body) {
       return body(std::integral_constant<RowKind, RowKind::kEntmax15>{});
     case RowKind::kSparsemax:
       return body(std::integral_constant<RowKind, RowKind::kSparsemax>{});
+    case RowKind::kNearSoftmax:
+      return body(std::integral_constant<RowKind, RowKind::kNearSoftmax>{});
     default:
-      return body(std::integral_constant<RowKind, RowKind::kGeneral>{});
+      return body(std::integral_constant<RowKind, RowKind::kNearSparsemax>{});
   }
 }
 
@@ -238,28 +246,36 @@ constexpr int64_t kPadding = 8;
 constexpr int64_t kSumBlock = 64;
 
 // Scratch space of one thread: the surviving candidates of a sparse row (score, column), and the probability and
-// Newton slope of each candidate.
+// 1/base of each candidate.
 template <typename T>
 struct Candidates {
-  std::vector<T> scores, probs, slopes;
+  std::vector<T> scores, probs, inverse_bases;
   std::vector<int64_t> column;
   explicit Candidates(int64_t size)
-      : scores(size + kPadding), probs(size + kPadding), slopes(size + kPadding), column(size) {}
+      : scores(size + kPadding), probs(size + kPadding), inverse_bases(size + kPadding), column(size) {}
 };
 
+// Passes far from the root take rough exp/log and store nothing; exact passes store p (and, in near-softmax rows,
+// 1/base for the Taylor finish).
+enum class Pass { kRough, kExact };
+
+// The sums a pass returns: moments[k] = Σ p / base^k, so moments[0] = Σ p and moments[1] = Σ p^(1 − β) = −dΣp/dc.
+// Near-softmax rows also need moments[2] for Halley's step and, in exact passes, moments[2..4] for the Taylor finish;
+// other rows leave them 0.
 struct Evaluation {
-  double mass = 0.0;    // Σ p
-  double slope = 0.0;   // Σ g
+  std::array<double, 5> moments{};
   int64_t outside = 0;  // candidates already out of the support
 };
 
-// p = [1 + β (z − shift)]_+^(1/β) and the Newton slope g = p^(1 − β) of `count` scores, into `probs` and `slopes`.
+// p = [1 + β (z − shift)]_+^(1/β) of `count` scores, into `probs` (and 1/base into `inverse_bases`), and their moments.
 //
 // shift = row max + c is passed as a double and split into two T, and 1 + β t is formed by one fused multiply-add:
 // at the edge of the support the base is the small difference of two numbers near 1, and rounding t or 1 + β t
 // there would cost p (and so g, which the backward recomputes from p) all its digits.
-template <typename T, RowKind Kind, bool Rough>
-HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* slopes, int64_t count, T beta, double shift) {
+template <typename T, RowKind Kind, Pass P>
+HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* inverse_bases, int64_t count, T beta,
+                                     double shift) {
+  constexpr int kMoments = Kind != RowKind::kNearSoftmax ? 2 : P == Pass::kRough ? 3 : 5;
   const T shift_high = static_cast<T>(shift);
   const T shift_low = static_cast<T>(shift - static_cast<double>(shift_high));
   const T slope_exponent = T(1) / beta - T(1);
@@ -268,20 +284,20 @@ HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* slopes, int64
   // convert every lane); adding the blocks' sums in double keeps Σ p accurate to ε for the convergence test.
   for (int64_t start = 0; start < count; start += kSumBlock) {
     const int64_t stop = std::min(count, start + kSumBlock);
-    T mass = 0, slope = 0;
+    T mass = 0, slope = 0, moment2 = 0, moment3 = 0, moment4 = 0;
     int32_t outside = 0;
-#pragma omp simd reduction(+ : mass, slope, outside)
+#pragma omp simd reduction(+ : mass, slope, moment2, moment3, moment4, outside)
     for (int64_t j = start; j < stop; ++j) {
       const T t = (scores[j] - shift_high) - shift_low;  // z − max − c
       const T base = std::fma(beta, t, T(1));
       const bool inside = base > T(0);
       const T safe_base = inside ? base : T(1);
-      T g;
+      T g;  // p / base
       if constexpr (Kind == RowKind::kSparsemax) {
         g = inside ? T(1) : T(0);
       } else if constexpr (Kind == RowKind::kEntmax15) {
         g = inside ? base : T(0);
-      } else if constexpr (Rough) {
+      } else if constexpr (P == Pass::kRough) {
         g = inside ? Math<T>::rough_exp(Math<T>::rough_log(safe_base) * slope_exponent) : T(0);
       } else {
         // log(1 + β t) = log(base) − ((base − 1) − β t) to first order: the second term, exact by the fused
@@ -292,16 +308,24 @@ HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* slopes, int64
         g = inside ? Math<T>::exp(log_base * slope_exponent) : T(0);
       }
       const T p = g * safe_base;
-      if constexpr (!Rough) {  // a rough pass only steers c
-        probs[j] = p;
-        if constexpr (Kind == RowKind::kGeneral) slopes[j] = g;
+      if constexpr (P == Pass::kExact) probs[j] = p;
+      if constexpr (kMoments > 2) {
+        const T inverse_base = T(1) / safe_base;
+        const T g2 = g * inverse_base;
+        moment2 += g2;
+        if constexpr (kMoments > 3) {
+          inverse_bases[j] = inverse_base;
+          const T g3 = g2 * inverse_base;
+          moment3 += g3;
+          moment4 += g3 * inverse_base;
+        }
       }
       mass += p;
       slope += g;
       outside += inside ? 0 : 1;
     }
-    evaluation.mass += mass;
-    evaluation.slope += slope;
+    const T block_sums[] = {mass, slope, moment2, moment3, moment4};
+    for (int k = 0; k < 5; ++k) evaluation.moments[k] += block_sums[k];
     evaluation.outside += outside;
   }
   return evaluation;
@@ -322,6 +346,56 @@ inline double newton_numerator(double mass, double beta, bool rough) {
     return (1.0 + x) * x * (1.0 - x * (b1 / 2 - x * (b2 - x * b3)));
   }
   return -mass * std::expm1(-beta * std::log(mass)) / beta;
+}
+
+// The Taylor finish of a near-softmax row (β < 1/2), from an exact pass at c. Moving c by δ scales
+// each p by (1 − β δ/base)^(1/β) = Σ_j a_j (−u)^j, with u = δ/base, a_0 = 1 and a_j = a_(j−1) (1 − (j − 1) β) / j.
+// Truncated after order k ≤ 1/β − 1 (so that p/base^(k+1) ≤ 1), it errs by less than a_(k+1) δ^(k+1) p/base^(k+1)
+// per entry, so by less than a_(k+1) δ^(k+1) moments[k+1] in all. The finish takes δ from the truncated
+// Σ p(c + δ) = 1 and, where that error is below ε, updates p in place of another pass, returning the new Σ p; it
+// returns 0 (and changes nothing) where the step is too long for it. A pass costs a log and an exp per entry, this
+// a few multiply-adds: a row with α ≤ 1.25 then needs one rough and one exact pass.
+template <typename T>
+double taylor_finish(T* probs, const T* inverse_bases, int64_t count, double beta, const Evaluation& evaluation) {
+  const int order = std::min(3, static_cast<int>(1.0 / beta) - 1);
+  const std::array<double, 5> coefficients = {1.0, 1.0, (1 - beta) / 2, (1 - beta) * (1 - 2 * beta) / 6,
+                                              (1 - beta) * (1 - 2 * beta) * (1 - 3 * beta) / 24};
+  const auto& moments = evaluation.moments;
+  // Newton on the polynomial Σ_j a_j (−δ)^j moments[j] − 1, from its first-order root.
+  double step = (moments[0] - 1) / moments[1];
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    double value = -1.0, derivative = 0.0, power = 1.0;
+    for (int j = 0; j <= order; ++j) {
+      value += coefficients[j] * power * moments[j];
+      if (j < order) derivative -= (j + 1) * coefficients[j + 1] * power * moments[j + 1];
+      power *= -step;
+    }
+    step -= value / derivative;
+  }
+  double error = coefficients[order + 1] * moments[order + 1];
+  for (int j = 0; j <= order; ++j) error *= std::abs(step);
+  if (step < 0) {
+    // Above the root (after an overshooting rough step), every term of the series is positive and the remainder
+    // exceeds the next term by up to (1 + β|δ|/base)^(1/β − k − 1) ≤ 2^(1/β − k − 1) where base ≥ β|δ|; an entry
+    // with a smaller base, or outside the support at c but inside at c + δ, has p ≤ (2β|δ|)^(1/β) at the root.
+    const auto rough_power = [](double x, double exponent) {  // a bound needs no more than rough accuracy
+      return static_cast<double>(Math<T>::rough_exp(static_cast<T>(exponent * Math<T>::rough_log(static_cast<T>(x)))));
+    };
+    error = error * rough_power(2.0, 1.0 / beta - order - 1) + count * rough_power(2 * beta * -step, 1.0 / beta);
+  }
+  if (!(error <= std::numeric_limits<T>::epsilon())) return 0.0;
+  // Σ_j a_j (−u)^j by Horner's rule, with a_j = 0 above the order.
+  const T a1 = static_cast<T>(coefficients[1]), a2 = order >= 2 ? static_cast<T>(coefficients[2]) : T(0),
+          a3 = order >= 3 ? static_cast<T>(coefficients[3]) : T(0), step_size = static_cast<T>(step);
+  double mass = 0.0;
+#pragma omp simd reduction(+ : mass)
+  for (int64_t j = 0; j < count; ++j) {
+    const T minus_u = -step_size * inverse_bases[j];
+    const T p = std::max(probs[j] * (T(1) + minus_u * (a1 + minus_u * (a2 + minus_u * a3))), T(0));
+    probs[j] = p;
+    mass += p;
+  }
+  return mass;
 }
 
 template <typename T, RowKind Kind>
@@ -382,49 +456,60 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& sc
   const double tolerance = 2 * std::numeric_limits<T>::epsilon();
   const double beta_d = beta;
   double shift = row_max;  // row max + c, with c = 0
-  // Far from the root (Σ p off by more than 10%), only the size of the step matters: general rows evaluate p there
-  // with rough exp/log, twice as cheap. A rough step can overshoot the root slightly; the exact Newton step after it
-  // comes back below (the tangent of the convex h stays below h), so entries are pruned only after exact steps.
-  bool rough = Kind == RowKind::kGeneral;
-  bool below_root = true;  // c ≤ c*: no entry outside the support at c can be in it at the root
-  Evaluation evaluation;
-  for (int step = 0; step < 50; ++step) {
-    T* slopes = scratch.slopes.data();
-    evaluation = rough ? evaluate<T, Kind, true>(candidate_scores, probs, slopes, padded_count, beta, shift)
-                       : evaluate<T, Kind, false>(candidate_scores, probs, slopes, padded_count, beta, shift);
-    const double mass = evaluation.mass;
+  // Far from the root (Σ p off by more than 10%, and in near-softmax rows with α ≤ 1.25 only the first pass), only the
+  // size of the step matters: general rows evaluate p there with rough exp/log, twice as cheap. A rough step can
+  // overshoot the root; the exact Newton step after it comes back below (the tangent of the convex h stays below h),
+  // so entries are pruned only after exact steps.
+  bool rough = is_general(Kind);
+  const bool one_rough_pass = Kind == RowKind::kNearSoftmax && beta_d <= 0.25;
+  bool below_root = true;      // c ≤ c*: no entry outside the support at c can be in it at the root
+  double largest_root = -1.0;  // computed on first use
+  double mass = 0.0;
+  for (int iteration = 0; iteration < 50; ++iteration) {
+    T* inverse_bases = scratch.inverse_bases.data();
+    const Evaluation evaluation =
+        rough ? evaluate<T, Kind, Pass::kRough>(candidate_scores, probs, inverse_bases, padded_count, beta, shift)
+              : evaluate<T, Kind, Pass::kExact>(candidate_scores, probs, inverse_bases, padded_count, beta, shift);
+    mass = evaluation.moments[0];
+    const double slope = evaluation.moments[1];
     if (!rough && std::abs(mass - 1.0) <= tolerance) break;
-    // Newton on h(c) = log_β(s): c += h / |h'| with h' = −s^(β − 1) Σ g, i.e. c += s (1 − s^(−β)) / (β Σ g).
-    const double newton_step = newton_numerator<T>(mass, beta_d, rough) / evaluation.slope;
-    if (!rough && below_root && !(newton_step > 0)) break;  // converged to rounding: Newton cannot move c further
-    if constexpr (Kind == RowKind::kGeneral) {
-      // Once the step is small, p moves linearly: p(c + δ) = p − g δ + (1 − β)/2 · p/base² · δ² + …, and for β < 1/2
-      // p/base² ≤ 1 (base ≤ 1), so the first-order update is accurate to ε and saves the last evaluation.
-      if (!rough && beta_d < 0.5 &&
-          (1 - beta_d) / 2 * newton_step * newton_step <= std::numeric_limits<T>::epsilon()) {
-        const T step_size = static_cast<T>(newton_step);
-        double updated_mass = 0.0;
-#pragma omp simd reduction(+ : updated_mass)
-        for (int64_t j = 0; j < padded_count; ++j) {
-          const T p = std::max(probs[j] - slopes[j] * step_size, T(0));
-          probs[j] = p;
-          updated_mass += p;
+    if constexpr (Kind == RowKind::kNearSoftmax) {
+      if (!rough) {
+        if (const double finished_mass = taylor_finish(probs, inverse_bases, padded_count, beta_d, evaluation);
+            finished_mass > 0) {
+          mass = finished_mass;
+          break;
         }
-        evaluation.mass = updated_mass;
-        break;
       }
     }
-    shift += newton_step;
+    // Newton on h(c) = log_β(s): c += h / |h'| with h' = −s^(β − 1) Σ g, i.e. c += s (1 − s^(−β)) / (β Σ g).
+    double step = newton_numerator<T>(mass, beta_d, rough) / slope;
+    if (!rough && below_root && !(step > 0)) break;  // converged to rounding: Newton cannot move c further
+    if constexpr (Kind == RowKind::kNearSoftmax) {
+      if (rough) {
+        // Halley's step δ / (1 − x), with x = δ h'' / (2 |h'|) = δ (1 − β) (s m₂ − (Σ g)²) / (2 s Σ g) ≥ 0 (h is
+        // convex; m₂ = Σ g / base), saves about one pass in three. It is capped at 2δ, and at the root when all n
+        // candidates tie, c = (1 − n^(−β)) / β, which bounds every root and keeps the row's maximum at p ≥ 1/n.
+        const double halley_correction =
+            std::min(step * (1 - beta_d) * (mass * evaluation.moments[2] - slope * slope) / (2 * mass * slope), 0.5);
+        if (largest_root < 0) {
+          const T tie = Math<T>::rough_exp(-beta * Math<T>::rough_log(static_cast<T>(count)));
+          largest_root = (1.0 - tie) / beta_d;
+        }
+        step = std::min(step / (1 - halley_correction), largest_root - (shift - row_max));
+      }
+    }
+    shift += step;
     below_root = !rough;
     // After an exact step c ≤ c*, so an entry outside the support at c is outside it at the root. Dropping the few
     // that are is not worth a pass over the candidates; dropping a quarter is.
     if (below_root && 4 * (evaluation.outside - (padded_count - count)) > count) {
       gather(count, static_cast<T>(shift - 1.0 / beta_d));
     }
-    rough = rough && std::abs(mass - 1.0) > 0.1;
+    rough = rough && !one_rough_pass && std::abs(mass - 1.0) > 0.1;
   }
   // The remaining error in the mass is below rounding; dividing it out makes Σ p = 1 exact.
-  const T inverse_mass = static_cast<T>(1.0 / evaluation.mass);
+  const T inverse_mass = static_cast<T>(1.0 / mass);
   if (columns == nullptr) {
 #pragma omp simd
     for (int64_t i = 0; i < size; ++i) out[i] *= inverse_mass;
@@ -552,7 +637,7 @@ template <typename T, RowKind Kind, bool AlphaGrad>
 T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta, Support<T>& support) {
   // Count the support (one vectorised pass) and gather it if the row is sparse, which then costs little more than
   // the count. Where each entry is cheap anyway (no transcendental function), the count is not worth it.
-  constexpr bool kAlwaysDense = Kind == RowKind::kSoftmax || (Kind != RowKind::kGeneral && !AlphaGrad);
+  constexpr bool kAlwaysDense = Kind == RowKind::kSoftmax || (!is_general(Kind) && !AlphaGrad);
   int64_t count = size;
   if constexpr (!kAlwaysDense) {
     count = 0;
