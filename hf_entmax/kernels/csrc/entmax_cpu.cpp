@@ -331,6 +331,12 @@ HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* inverse_bases
   return evaluation;
 }
 
+// x^exponent for the scalar control code, where rough accuracy is enough (a step far from the root, a bound).
+template <typename T>
+inline double rough_power(double x, double exponent) {
+  return Math<T>::rough_exp(static_cast<T>(exponent * Math<T>::rough_log(static_cast<T>(x))));
+}
+
 // s (1 − s^(−β)) / β, the numerator of the Newton step, from the mass s of a pass. It costs little next to a pass
 // over a long row, but two libm calls per pass are a third of the time of a short row (decoding attends over a few
 // keys): a rough pass (s far from 1, no cancellation) takes rough exp/log, and near the root a series in s − 1.
@@ -338,7 +344,7 @@ template <typename T>
 inline double newton_numerator(double mass, double beta, bool rough) {
   const double x = mass - 1.0;
   if (rough) {
-    return mass * (1.0 - Math<T>::rough_exp(static_cast<T>(-beta * Math<T>::rough_log(static_cast<T>(mass))))) / beta;
+    return mass * (1.0 - rough_power<T>(mass, -beta)) / beta;
   }
   if (std::abs(x) < 1e-3) {
     // (1 + x)(x − (β + 1)/2 x² + (β + 1)(β + 2)/6 x³ − (β + 1)(β + 2)(β + 3)/24 x⁴), with an error below x⁵ < 1e-15.
@@ -378,10 +384,7 @@ double taylor_finish(T* probs, const T* inverse_bases, int64_t count, double bet
     // Above the root (after an overshooting rough step), every term of the series is positive and the remainder
     // exceeds the next term by up to (1 + β|δ|/base)^(1/β − k − 1) ≤ 2^(1/β − k − 1) where base ≥ β|δ|; an entry
     // with a smaller base, or outside the support at c but inside at c + δ, has p ≤ (2β|δ|)^(1/β) at the root.
-    const auto rough_power = [](double x, double exponent) {  // a bound needs no more than rough accuracy
-      return static_cast<double>(Math<T>::rough_exp(static_cast<T>(exponent * Math<T>::rough_log(static_cast<T>(x)))));
-    };
-    error = error * rough_power(2.0, 1.0 / beta - order - 1) + count * rough_power(2 * beta * -step, 1.0 / beta);
+    error = error * rough_power<T>(2.0, 1.0 / beta - order - 1) + count * rough_power<T>(2 * beta * -step, 1.0 / beta);
   }
   if (!(error <= std::numeric_limits<T>::epsilon())) return 0.0;
   // Σ_j a_j (−u)^j by Horner's rule, with a_j = 0 above the order.
@@ -492,10 +495,7 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& sc
         // candidates tie, c = (1 − n^(−β)) / β, which bounds every root and keeps the row's maximum at p ≥ 1/n.
         const double halley_correction =
             std::min(step * (1 - beta_d) * (mass * evaluation.moments[2] - slope * slope) / (2 * mass * slope), 0.5);
-        if (largest_root < 0) {
-          const T tie = Math<T>::rough_exp(-beta * Math<T>::rough_log(static_cast<T>(count)));
-          largest_root = (1.0 - tie) / beta_d;
-        }
+        if (largest_root < 0) largest_root = (1.0 - rough_power<T>(static_cast<double>(count), -beta_d)) / beta_d;
         step = std::min(step / (1 - halley_correction), largest_root - (shift - row_max));
       }
     }
