@@ -409,6 +409,22 @@ def test_any_dim_equals_moving_it_last(kind, dim):
     torch.testing.assert_close(grad, moved_grad, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize(("dim", "alpha_shape"), [(-1, (3, 1)), (1, (3, 4)), (0, ())])
+def test_alpha_with_fewer_dims_broadcasts_and_its_gradient_keeps_its_shape(dim, alpha_shape):
+    scores = randn(2, 5, 3, 4, seed=38, scale=2.0)
+    upstream = randn(2, 5, 3, 4, seed=39)
+    alpha = (1 + torch.rand(alpha_shape, generator=torch.Generator().manual_seed(40))).requires_grad_()
+    full_shape = list(scores.shape)
+    full_shape[dim] = 1
+    full = alpha.detach().expand(full_shape).clone().requires_grad_()
+    probs, full_probs = entmax(scores, alpha, dim=dim), entmax(scores, full, dim=dim)
+    torch.testing.assert_close(probs, full_probs, rtol=0, atol=0)
+    (grad,) = torch.autograd.grad((probs * upstream).sum(), alpha)
+    (full_grad,) = torch.autograd.grad((full_probs * upstream).sum(), full)
+    assert grad.shape == alpha.shape
+    torch.testing.assert_close(grad, full_grad.sum_to_size(alpha.shape), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("dim", [3, -4, 10])
 @pytest.mark.parametrize("kind", KINDS)
 def test_out_of_range_dim_raises_index_error(kind, dim):

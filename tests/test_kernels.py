@@ -30,11 +30,10 @@ def attention_scores(seed: int, dtype: torch.dtype, shape=(2, 4, 5, 33)) -> torc
 @pytest.mark.parametrize("beta", BETAS)
 def test_native_function_gradcheck_with_masks(beta):
     scores = attention_scores(seed=int(beta * 100), dtype=torch.float64, shape=(2, 4, 3, 7))
-    rows = scores.reshape(-1, 7).contiguous().requires_grad_()
-    betas = torch.full((rows.shape[0],), beta, dtype=torch.float64).requires_grad_()
-    if beta in (0.0, 1.0):  # gradcheck's central step would leave [1, 2]; see the one-sided test below
-        betas = betas.detach()
-    assert gradcheck(cpu.NativeEntmaxFunction.apply, (rows, betas))
+    alpha = torch.full((1, 4, 1, 1), 1 + beta, dtype=torch.float64)  # one α per head, broadcast by the kernel
+    # gradcheck's central step would leave [1, 2] at the ends; see the one-sided test below.
+    alpha.requires_grad_(beta not in (0.0, 1.0))
+    assert gradcheck(cpu.NativeEntmaxFunction.apply, (scores.requires_grad_(), alpha))
 
 
 @pytest.mark.parametrize("beta", [0.0, 1.0])
@@ -44,7 +43,7 @@ def test_alpha_gradient_at_the_ends_matches_the_reference(beta):
     grad_output = torch.randn(scores.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
     gradients = []
     for function in (
-        lambda a: cpu.NativeEntmaxFunction.apply(scores.reshape(-1, 7), (a - 1).expand(24)),
+        lambda a: cpu.NativeEntmaxFunction.apply(scores, a).reshape(-1, 7),
         lambda a: EntmaxFunction.apply(scores, a, 3).reshape(-1, 7),
     ):
         alpha = torch.tensor(1.0 + beta, dtype=torch.float64, requires_grad=True)
@@ -56,8 +55,8 @@ def test_alpha_gradient_at_the_ends_matches_the_reference(beta):
 def test_native_function_gradcheck_distinct_per_row_betas():
     rows = torch.randn(6, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 2
     rows = rows.requires_grad_()
-    betas = torch.tensor([0.05, 0.2, 0.5, 0.6, 0.9, 0.99], dtype=torch.float64, requires_grad=True)
-    assert gradcheck(cpu.NativeEntmaxFunction.apply, (rows, betas))
+    alpha = torch.tensor([[1.05], [1.2], [1.5], [1.6], [1.9], [1.99]], dtype=torch.float64, requires_grad=True)
+    assert gradcheck(cpu.NativeEntmaxFunction.apply, (rows, alpha))
 
 
 def probabilities_and_gradients(function, scores, alpha, grad_output, dtype: torch.dtype):
@@ -102,7 +101,9 @@ def test_float32_kernel_on_rows_of_every_kind(size):
     grad_output = torch.randn(rows, size, generator=generator, dtype=torch.float64)
 
     inputs = (scores, betas, grad_output)
-    fast = probabilities_and_gradients(cpu.NativeEntmaxFunction.apply, *inputs, torch.float32)
+    fast = probabilities_and_gradients(
+        lambda z, b: cpu.NativeEntmaxFunction.apply(z, (b + 1)[:, None]), *inputs, torch.float32
+    )
     reference = probabilities_and_gradients(
         lambda z, b: EntmaxFunction.apply(z, (b + 1)[:, None], 1), *inputs, torch.float64
     )
@@ -126,22 +127,29 @@ def test_float32_kernel_on_long_near_softmax_rows(size):
     scores[ties, : size // 2] = scores[ties].max(-1, keepdim=True).values - 1e-3 * torch.rand(size // 2)
     scores[torch.arange(rows) % 3 == 2, 0] += 8
     scores = scores.float().double()
-    fast = cpu.NativeEntmaxFunction.apply(scores.float(), betas).double()
+    fast = cpu.NativeEntmaxFunction.apply(scores.float(), (betas + 1)[:, None]).double()
     reference = EntmaxFunction.apply(scores, (betas.double() + 1)[:, None], 1)
     torch.testing.assert_close(fast, reference, rtol=0, atol=1e-6)
+
+
+def test_kernel_names_an_alpha_that_does_not_broadcast():
+    with pytest.raises(
+        RuntimeError, match=r"alpha of shape \[3\] must broadcast to the rows of the scores, \[2, 5, 1\]"
+    ):
+        torch.ops.hf_entmax.entmax_forward(torch.randn(2, 5, 7), torch.full((3,), 1.5))
 
 
 def test_each_row_is_computed_alone():
     """A row's result does not depend on the rows computed before it by the same thread (scratch space is reused)."""
     generator = torch.Generator().manual_seed(0)
     rows = torch.randn(64, 50, generator=generator) * torch.linspace(0.3, 5, 64)[:, None]
-    betas = torch.linspace(0.05, 1.0, 64)
-    together = torch.ops.hf_entmax.entmax_forward(rows, betas)
+    alpha = torch.linspace(1.05, 2.0, 64)[:, None]
+    together = torch.ops.hf_entmax.entmax_forward(rows, alpha)
     order = torch.randperm(64, generator=generator)
-    shuffled = torch.ops.hf_entmax.entmax_forward(rows[order].contiguous(), betas[order].contiguous())
+    shuffled = torch.ops.hf_entmax.entmax_forward(rows[order], alpha[order])
     assert torch.equal(shuffled, together[order])
     for index in (0, 31, 63):
-        alone = torch.ops.hf_entmax.entmax_forward(rows[index : index + 1], betas[index : index + 1])
+        alone = torch.ops.hf_entmax.entmax_forward(rows[index : index + 1], alpha[index : index + 1])
         assert torch.equal(alone[0], together[index])
 
 

@@ -81,22 +81,18 @@ def kernel_available() -> bool:
 
 
 class NativeEntmaxFunction(torch.autograd.Function):
-    """α-entmax of the rows of a contiguous ``(rows, size)`` matrix, with one β = α − 1 per row."""
+    """α-entmax along the last dimension of float32/float64 ``scores`` (..., size); α broadcasts to (..., 1)."""
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, betas: torch.Tensor) -> torch.Tensor:
-        scores, betas = scores.contiguous(), betas.contiguous()
-        probs = torch.ops.hf_entmax.entmax_forward(scores, betas)
-        ctx.save_for_backward(probs, betas)
+    def forward(ctx, scores: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        probs = torch.ops.hf_entmax.entmax_forward(scores, alpha)
+        ctx.save_for_backward(probs, alpha)
         return probs
 
     @staticmethod
     def backward(ctx, grad_probs: torch.Tensor):
-        probs, betas = ctx.saved_tensors
-        grad_scores, grad_betas = torch.ops.hf_entmax.entmax_backward(
-            probs, grad_probs.contiguous(), betas, ctx.needs_input_grad[1]
-        )
-        return grad_scores, (grad_betas if ctx.needs_input_grad[1] else None)
+        probs, alpha = ctx.saved_tensors
+        return torch.ops.hf_entmax.entmax_backward(probs, grad_probs, alpha, ctx.needs_input_grad[1])
 
 
 def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -> torch.Tensor | None:
@@ -109,6 +105,8 @@ def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -
         return None
     if not kernel_available():
         return None
+    # Decoding calls this once per layer and token on a few hundred short rows, so the Python side is kept to a few
+    # tensor operations: the kernel broadcasts α and reshapes itself.
     compute_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
     last = dim == scores.dim() - 1
     moved = scores if last else scores.movedim(dim, -1)
@@ -116,18 +114,14 @@ def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -
         # The mask value of a half dtype is not the lowest float32: mark it as −inf before converting.
         masked = moved <= torch.finfo(moved.dtype).min
         moved = moved.to(compute_dtype).masked_fill(masked, float("-inf"))
-    matrix = moved.reshape(-1, moved.shape[-1]).contiguous()  # (rows, size)
-    if isinstance(alpha, torch.Tensor):
-        # One β per row, in the rows' order.
-        row_shape = (*scores.shape[:dim], 1, *scores.shape[dim + 1 :])
-        betas = (alpha.to(compute_dtype) - 1).broadcast_to(row_shape)
-        betas = (betas if last else betas.movedim(dim, -1)).reshape(-1).contiguous()  # (rows,)
-    else:
-        # α rounded to the compute dtype before subtracting 1, exactly as a tensor α is.
-        betas = torch.full((matrix.shape[0],), float(alpha), dtype=compute_dtype) - 1
-    if torch.is_grad_enabled() and (matrix.requires_grad or betas.requires_grad):
-        probs = NativeEntmaxFunction.apply(matrix, betas)
+    if not isinstance(alpha, torch.Tensor):
+        alpha = torch.tensor(alpha, dtype=compute_dtype)
+    elif not last:  # line α's dimensions up with the scores' before moving `dim` last
+        alpha = alpha.reshape((1,) * (scores.dim() - alpha.dim()) + alpha.shape).movedim(dim, -1)
+    if torch.is_grad_enabled() and (moved.requires_grad or alpha.requires_grad):
+        probs = NativeEntmaxFunction.apply(moved, alpha)
     else:  # inference (generation): the autograd Function's bookkeeping is a fair share of a small call
-        probs = torch.ops.hf_entmax.entmax_forward(matrix, betas)
-    probs = probs.view(moved.shape)
-    return (probs if last else probs.movedim(-1, dim)).to(scores.dtype)
+        probs = torch.ops.hf_entmax.entmax_forward(moved, alpha)
+    if not last:
+        probs = probs.movedim(-1, dim)
+    return probs if probs.dtype == scores.dtype else probs.to(scores.dtype)

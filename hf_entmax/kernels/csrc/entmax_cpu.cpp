@@ -20,6 +20,7 @@
 // rough functions are exact), so that float64 gradcheck tests this very code.
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -519,10 +520,13 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& sc
   }
 }
 
+// The fewest rows worth a task of their own: waking a thread costs a few µs, and a row ~0.1–0.5 µs plus a few ns per
+// entry (short rows, as in decoding, are dominated by their fixed cost).
+inline int64_t rows_per_task(int64_t size) { return std::max<int64_t>(1, 8192 / (size + 64)); }
+
 template <typename T>
 void entmax_forward_rows(const T* scores, const T* betas, T* out, int64_t rows, int64_t size) {
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(size, 1));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, rows_per_task(size), [&](int64_t begin, int64_t end) {
     FlushDenormals flush_denormals;
     Candidates<T> scratch(size);
     for (int64_t row = begin; row < end; ++row) {
@@ -678,8 +682,7 @@ T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t siz
 template <typename T>
 void entmax_backward_rows(const T* probs, const T* grad, const T* betas, T* grad_scores, T* grad_betas,
                           int64_t rows, int64_t size) {
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(size, 1));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, rows_per_task(size), [&](int64_t begin, int64_t end) {
     FlushDenormals flush_denormals;
     Support<T> support(size);
     for (int64_t row = begin; row < end; ++row) {
@@ -697,48 +700,65 @@ void entmax_backward_rows(const T* probs, const T* grad, const T* betas, T* grad
   });
 }
 
-void check_rows(const at::Tensor& matrix, const at::Tensor& betas, const char* name) {
-  TORCH_CHECK(matrix.dim() == 2 && matrix.is_contiguous(), name, " must be a contiguous (rows, size) tensor");
-  TORCH_CHECK(betas.dim() == 1 && betas.is_contiguous() && betas.size(0) == matrix.size(0),
-              "betas must be a contiguous (rows,) tensor");
-  TORCH_CHECK(matrix.scalar_type() == betas.scalar_type(), name, " and betas must have the same dtype");
-  TORCH_CHECK(matrix.scalar_type() == at::kFloat || matrix.scalar_type() == at::kDouble,
-              name, " must be float32 or float64");
+void check_scores(const at::Tensor& scores, const at::Tensor& alpha, const char* name) {
+  TORCH_CHECK(scores.dim() >= 1 && scores.device().is_cpu() && alpha.device().is_cpu(), name,
+              " and alpha must be CPU tensors, with ", name, " of at least one dimension");
+  TORCH_CHECK(scores.scalar_type() == at::kFloat || scores.scalar_type() == at::kDouble, name,
+              " must be float32 or float64");
+  TORCH_CHECK(at::isFloatingType(alpha.scalar_type()), "alpha must be a floating-point tensor");
 }
 
-// scores: (rows, size), −inf or the dtype's lowest value masked; betas: (rows,) with β = α − 1 ∈ [0, 1].
-at::Tensor entmax_forward(const at::Tensor& scores, const at::Tensor& betas) {
-  check_rows(scores, betas, "scores");
-  at::Tensor out = at::empty_like(scores);
-  AT_DISPATCH_FLOATING_TYPES(scores.scalar_type(), "entmax_forward", [&] {
-    entmax_forward_rows<scalar_t>(scores.data_ptr<scalar_t>(), betas.data_ptr<scalar_t>(),
-                                  out.data_ptr<scalar_t>(), scores.size(0), scores.size(1));
+// β = α − 1 of each row of `scores` (..., size), as a contiguous (..., 1) tensor: α broadcasts to it, and is rounded
+// to the scores' dtype before 1 is subtracted.
+at::Tensor row_betas(const at::Tensor& scores, const at::Tensor& alpha) {
+  std::vector<int64_t> row_shape = scores.sizes().vec();
+  row_shape.back() = 1;
+  TORCH_CHECK(at::is_expandable_to(alpha.sizes(), row_shape), "alpha of shape ", alpha.sizes(),
+              " must broadcast to the rows of the scores, ", at::IntArrayRef(row_shape));
+  return (alpha.to(scores.scalar_type()) - 1).expand(row_shape).contiguous();
+}
+
+// α-entmax along the last dimension of `scores` (..., size), −inf or the dtype's lowest value masked; α ∈ [1, 2]
+// broadcasts to (..., 1).
+at::Tensor entmax_forward(const at::Tensor& scores, const at::Tensor& alpha) {
+  check_scores(scores, alpha, "scores");
+  const at::Tensor matrix = scores.contiguous();
+  const at::Tensor betas = row_betas(matrix, alpha);
+  at::Tensor out = at::empty_like(matrix);
+  const int64_t size = matrix.size(-1);
+  AT_DISPATCH_FLOATING_TYPES(matrix.scalar_type(), "entmax_forward", [&] {
+    entmax_forward_rows<scalar_t>(matrix.data_ptr<scalar_t>(), betas.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                                  betas.numel(), size);
   });
   return out;
 }
 
-// Returns (grad_scores (rows, size), grad_betas (rows,) or an empty tensor when alpha_grad is false).
+// The gradients to the scores (shaped like `probs`) and, when alpha_grad is true, to α (shaped like `alpha`, in its
+// dtype; an undefined tensor otherwise).
 std::tuple<at::Tensor, at::Tensor> entmax_backward(const at::Tensor& probs, const at::Tensor& grad,
-                                                   const at::Tensor& betas, bool alpha_grad) {
-  check_rows(probs, betas, "probs");
-  TORCH_CHECK(grad.sizes() == probs.sizes() && grad.is_contiguous() && grad.scalar_type() == probs.scalar_type(),
-              "grad must be contiguous, with the shape and dtype of probs");
-  at::Tensor grad_scores = at::empty_like(probs);
-  at::Tensor grad_betas = alpha_grad ? at::empty_like(betas) : at::empty({0}, betas.options());
+                                                   const at::Tensor& alpha, bool alpha_grad) {
+  check_scores(probs, alpha, "probs");
+  TORCH_CHECK(grad.sizes() == probs.sizes() && grad.scalar_type() == probs.scalar_type(),
+              "grad must have the shape and dtype of probs");
+  const at::Tensor probs_matrix = probs.contiguous(), grad_matrix = grad.contiguous();
+  const at::Tensor betas = row_betas(probs_matrix, alpha);
+  at::Tensor grad_scores = at::empty_like(probs_matrix);
+  at::Tensor grad_betas = alpha_grad ? at::empty_like(betas) : at::Tensor();
   AT_DISPATCH_FLOATING_TYPES(probs.scalar_type(), "entmax_backward", [&] {
-    entmax_backward_rows<scalar_t>(probs.data_ptr<scalar_t>(), grad.data_ptr<scalar_t>(),
+    entmax_backward_rows<scalar_t>(probs_matrix.data_ptr<scalar_t>(), grad_matrix.data_ptr<scalar_t>(),
                                    betas.data_ptr<scalar_t>(), grad_scores.data_ptr<scalar_t>(),
-                                   alpha_grad ? grad_betas.data_ptr<scalar_t>() : nullptr, probs.size(0),
-                                   probs.size(1));
+                                   alpha_grad ? grad_betas.data_ptr<scalar_t>() : nullptr, betas.numel(),
+                                   probs.size(-1));
   });
-  return {grad_scores, grad_betas};
+  at::Tensor grad_alpha = alpha_grad ? at::sum_to(grad_betas, alpha.sizes()).to(alpha.scalar_type()) : at::Tensor();
+  return {grad_scores, grad_alpha};
 }
 
 }  // namespace
 
 TORCH_LIBRARY(hf_entmax, m) {
-  m.def("entmax_forward(Tensor scores, Tensor betas) -> Tensor");
-  m.def("entmax_backward(Tensor probs, Tensor grad, Tensor betas, bool alpha_grad) -> (Tensor, Tensor)");
+  m.def("entmax_forward(Tensor scores, Tensor alpha) -> Tensor");
+  m.def("entmax_backward(Tensor probs, Tensor grad, Tensor alpha, bool alpha_grad) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(hf_entmax, CPU, m) {
