@@ -15,6 +15,9 @@
 // The backward computes the gradients to the scores and to β in one pass over the support (gathered first when the
 // row is sparse).
 //
+// Short rows (up to kShortRow entries, as in decoding) are solved eight at a time, one per SIMD lane, so that the control
+// code between passes is vectorised too (see entmax_short_rows).
+//
 // Rows with β = 0, 1/2 and 1 (softmax, 1.5-entmax, sparsemax) take specialised loops: the last two need no
 // transcendental function at all. float32 uses the vectorisable exp/log below; float64 uses libm everywhere (its
 // rough functions are exact), so that float64 gradcheck tests this very code.
@@ -268,6 +271,25 @@ struct Evaluation {
   int64_t outside = 0;  // candidates already out of the support
 };
 
+// g = p / base = base^(1/β − 1), the slope of an entry in the support (minus the derivative of p w.r.t. c), from
+// t = z − row max − c and its base = 1 + β t > 0.
+template <typename T, RowKind Kind, Pass P>
+HF_ENTMAX_INLINE T support_slope(T t, T base, T beta, T slope_exponent) {
+  if constexpr (Kind == RowKind::kSparsemax) {
+    return T(1);
+  } else if constexpr (Kind == RowKind::kEntmax15) {
+    return base;
+  } else if constexpr (P == Pass::kRough) {
+    return Math<T>::rough_exp(Math<T>::rough_log(base) * slope_exponent);
+  } else {
+    // log(1 + β t) = log(base) − ((base − 1) − β t) to first order: the second term, exact by the fused
+    // multiply-add, undoes the rounding of the base, which matters near base = 1, where p = base^(1/β) raises
+    // it to a large power (and only there, so dividing the term by base ≈ 1 can be skipped).
+    const T rounding = std::fma(-beta, t, base - T(1));
+    return Math<T>::exp((Math<T>::log(base) - rounding) * slope_exponent);
+  }
+}
+
 // p = [1 + β (z − shift)]_+^(1/β) of `count` scores, into `probs` (and 1/base into `inverse_bases`), and their moments.
 //
 // shift = row max + c is passed as a double and split into two T, and 1 + β t is formed by one fused multiply-add:
@@ -293,21 +315,7 @@ HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* inverse_bases
       const T base = std::fma(beta, t, T(1));
       const bool inside = base > T(0);
       const T safe_base = inside ? base : T(1);
-      T g;  // p / base
-      if constexpr (Kind == RowKind::kSparsemax) {
-        g = inside ? T(1) : T(0);
-      } else if constexpr (Kind == RowKind::kEntmax15) {
-        g = inside ? base : T(0);
-      } else if constexpr (P == Pass::kRough) {
-        g = inside ? Math<T>::rough_exp(Math<T>::rough_log(safe_base) * slope_exponent) : T(0);
-      } else {
-        // log(1 + β t) = log(base) − ((base − 1) − β t) to first order: the second term, exact by the fused
-        // multiply-add, undoes the rounding of the base, which matters near base = 1, where p = base^(1/β) raises
-        // it to a large power (and only there, so dividing the term by base ≈ 1 can be skipped).
-        const T rounding = std::fma(-beta, t, base - T(1));
-        const T log_base = Math<T>::log(safe_base) - rounding;
-        g = inside ? Math<T>::exp(log_base * slope_exponent) : T(0);
-      }
+      const T g = inside ? support_slope<T, Kind, P>(t, safe_base, beta, slope_exponent) : T(0);
       const T p = g * safe_base;
       if constexpr (P == Pass::kExact) probs[j] = p;
       if constexpr (kMoments > 2) {
@@ -520,6 +528,129 @@ void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& sc
   }
 }
 
+// ---- Short rows, kLanes at a time ----
+//
+// A row of a few dozen entries (decoding attends over the keys so far; Multi30k sentences have 10–30 tokens) costs
+// little in its passes and much in the scalar code between them: the sums, Newton's step and its exp and log. Rows
+// that short are solved kLanes at a time, one per SIMD lane: their scores are transposed so that a pass is a vector
+// loop over the lanes, entry by entry, and so is each Newton step. Only rows with 0 < β < 1, β ≠ 1/2 take lanes (the
+// other kinds have loops without exp and log), and none is pruned: a short row's passes are cheap.
+constexpr int64_t kShortRow = 20;
+constexpr int kLanes = 8;
+
+// s (1 − s^(−β)) / β, the numerator of Newton's step (see newton_numerator), with no branch or libm call so that it
+// vectorises over lanes: near the root a series in x = s − 1 (8 terms, relative error below |x|^8 < 1e-8); away from
+// it s log(s) (1 − e^(−y)) / y with y = β log s, the last factor by its series where y is small (β near 0).
+template <typename T>
+HF_ENTMAX_INLINE double lane_newton_numerator(double mass, double beta) {
+  const double x = mass - 1.0;
+  // 1 − (1 + x)^(−β) = β Σ_k (−1)^(k+1) (β + 1) ⋯ (β + k − 1) / k! x^k, summed from the last term.
+  double near = 0.0;
+#pragma GCC unroll 8
+  for (int k = 8; k >= 1; --k) near = x * (1.0 - near * (beta + k) / (k + 1));
+  const double log_mass = Math<T>::log(static_cast<T>(mass));
+  const double y = beta * log_mass;
+  const double series = 1.0 - y / 2 * (1.0 - y / 3 * (1.0 - y / 4 * (1.0 - y / 5 * (1.0 - y / 6))));
+  const double closed = (1.0 - Math<T>::exp(static_cast<T>(-y))) / y;
+  const double far = log_mass * (std::abs(y) < 0.05 ? series : closed);
+  return mass * (std::abs(x) < 0.1 ? near : far);
+}
+
+// The rows rows[0..lanes) (lanes ≤ kLanes) of the (·, size) matrices, size ≤ kShortRow, each with 0 < β < 1, β ≠ 1/2:
+// the Newton iteration of entmax_row without its pruning, Halley steps or Taylor finish. Each lane follows the path it
+// would follow alone (a pass of the other kind leaves it as it is), so a row's result does not depend on its
+// neighbours.
+template <typename T>
+void entmax_short_rows(const T* scores, const T* betas, T* out, const int64_t* rows, int lanes, int64_t size) {
+  alignas(64) T lane_scores[kShortRow][kLanes], lane_probs[kShortRow][kLanes];
+  T beta[kLanes], slope_exponent[kLanes], shift_high[kLanes], shift_low[kLanes], slope[kLanes];
+  double shift[kLanes], mass[kLanes];
+  bool empty[kLanes];
+  // Flags, as int32 because GCC does not vectorise over bool arrays.
+  int32_t done[kLanes], below_root[kLanes], rough[kLanes], active[kLanes];
+  const T lowest = std::numeric_limits<T>::lowest();
+  for (int lane = 0; lane < kLanes; ++lane) {
+    // Lanes past the last row, and rows with every entry masked, solve a row of zeros (and are not written).
+    const bool real = lane < lanes;
+    T row_max = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < size; ++j) {
+      const T score = real ? scores[rows[lane] * size + j] : T(0);
+      lane_scores[j][lane] = score;
+      row_max = std::max(row_max, score);
+    }
+    empty[lane] = row_max <= lowest;
+    if (empty[lane]) {
+      for (int64_t j = 0; j < size; ++j) lane_scores[j][lane] = T(0);
+      row_max = 0;
+    }
+    beta[lane] = real ? betas[rows[lane]] : T(0.25);
+    slope_exponent[lane] = T(1) / beta[lane] - T(1);
+    shift[lane] = row_max;  // c = 0
+    done[lane] = !real || empty[lane];
+    below_root[lane] = true;
+    rough[lane] = true;  // far from the root, passes take rough exp/log (see entmax_row)
+  }
+
+  const double tolerance = 2 * std::numeric_limits<T>::epsilon();
+  for (int iteration = 0; iteration < 100; ++iteration) {
+    // A rough pass while any lane needs one; the lanes that need an exact one wait for it.
+    bool any_rough = false, all_done = true;
+    for (int lane = 0; lane < kLanes; ++lane) {
+      any_rough = any_rough || (!done[lane] && rough[lane]);
+      all_done = all_done && done[lane];
+    }
+    if (all_done) break;
+    for (int lane = 0; lane < kLanes; ++lane) active[lane] = !done[lane] && rough[lane] == any_rough;
+    for (int lane = 0; lane < kLanes; ++lane) {
+      shift_high[lane] = static_cast<T>(shift[lane]);
+      shift_low[lane] = static_cast<T>(shift[lane] - static_cast<double>(shift_high[lane]));
+      mass[lane] = 0.0;
+      slope[lane] = T(0);
+    }
+    const auto pass = [&](auto pass_kind) {
+      constexpr Pass kPass = decltype(pass_kind)::value;
+      for (int64_t j = 0; j < size; ++j) {
+#pragma omp simd
+        for (int lane = 0; lane < kLanes; ++lane) {
+          const T t = (lane_scores[j][lane] - shift_high[lane]) - shift_low[lane];
+          const T base = std::fma(beta[lane], t, T(1));
+          const bool inside = base > T(0);
+          const T safe_base = inside ? base : T(1);
+          const T g = inside ? support_slope<T, RowKind::kNearSparsemax, kPass>(t, safe_base, beta[lane],
+                                                                                 slope_exponent[lane])
+                             : T(0);
+          lane_probs[j][lane] = g * safe_base;
+          mass[lane] += g * safe_base;
+          slope[lane] += g;
+        }
+      }
+    };
+    if (any_rough) {
+      pass(std::integral_constant<Pass, Pass::kRough>{});
+    } else {
+      pass(std::integral_constant<Pass, Pass::kExact>{});
+    }
+    const int32_t pass_is_rough = any_rough;
+#pragma omp simd
+    for (int lane = 0; lane < kLanes; ++lane) {
+      // As in entmax_row: converged when Σ p = 1 to rounding, or when an exact step from below the root cannot move c.
+      // (Bitwise operators: short-circuit ones are branches, which do not vectorise; nor does a comparison with
+      // any_rough here, hence the `active` flags.)
+      const double step = lane_newton_numerator<T>(mass[lane], beta[lane]) / slope[lane];
+      const bool converged =
+          !pass_is_rough & ((std::abs(mass[lane] - 1.0) <= tolerance) | (below_root[lane] & !(step > 0)));
+      done[lane] = done[lane] | (active[lane] & converged);
+      shift[lane] += active[lane] & !converged ? step : 0.0;
+      below_root[lane] = active[lane] ? !pass_is_rough : below_root[lane];
+      rough[lane] = active[lane] ? pass_is_rough & (std::abs(mass[lane] - 1.0) > 0.1) : rough[lane];
+    }
+  }
+  for (int lane = 0; lane < lanes; ++lane) {
+    const T inverse_mass = empty[lane] ? T(0) : static_cast<T>(1.0 / mass[lane]);
+    for (int64_t j = 0; j < size; ++j) out[rows[lane] * size + j] = lane_probs[j][lane] * inverse_mass;
+  }
+}
+
 // The fewest rows worth a task of their own: waking a thread costs a few µs, and a row ~0.1–0.5 µs plus a few ns per
 // entry (short rows, as in decoding, are dominated by their fixed cost).
 inline int64_t rows_per_task(int64_t size) { return std::max<int64_t>(1, 8192 / (size + 64)); }
@@ -529,14 +660,24 @@ void entmax_forward_rows(const T* scores, const T* betas, T* out, int64_t rows, 
   at::parallel_for(0, rows, rows_per_task(size), [&](int64_t begin, int64_t end) {
     FlushDenormals flush_denormals;
     Candidates<T> scratch(size);
+    // Short rows of general kinds wait here until kLanes of them can be solved together.
+    int64_t short_rows[kLanes];
+    int waiting = 0;
     for (int64_t row = begin; row < end; ++row) {
-      const T* row_scores = scores + row * size;
-      T* row_out = out + row * size;
       const T beta = betas[row];
+      if (size <= kShortRow && is_general(row_kind(beta))) {
+        short_rows[waiting++] = row;
+        if (waiting == kLanes) {
+          entmax_short_rows<T>(scores, betas, out, short_rows, waiting, size);
+          waiting = 0;
+        }
+        continue;
+      }
       with_row_kind(beta, [&](auto kind) {
-        entmax_row<T, decltype(kind)::value>(row_scores, row_out, size, beta, scratch);
+        entmax_row<T, decltype(kind)::value>(scores + row * size, out + row * size, size, beta, scratch);
       });
     }
+    if (waiting > 0) entmax_short_rows<T>(scores, betas, out, short_rows, waiting, size);
   });
 }
 
