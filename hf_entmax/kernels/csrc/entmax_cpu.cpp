@@ -15,8 +15,8 @@
 // The backward computes the gradients to the scores and to β in one pass over the support (gathered first when the
 // row is sparse).
 //
-// Short rows (up to kShortRow entries, as in decoding) are solved eight at a time, one per SIMD lane, so that the control
-// code between passes is vectorised too (see entmax_short_rows).
+// Short rows (up to kShortRow entries, as in decoding) are solved eight at a time, one per SIMD lane, so that the
+// control code between passes is vectorised too (see entmax_short_rows).
 //
 // Rows with β = 0, 1/2 and 1 (softmax, 1.5-entmax, sparsemax) take specialised loops: the last two need no
 // transcendental function at all. float32 uses the vectorisable exp/log below; float64 uses libm everywhere (its
@@ -592,6 +592,7 @@ void entmax_short_rows(const T* scores, const T* betas, T* out, const int64_t* r
   }
 
   const double tolerance = 2 * std::numeric_limits<T>::epsilon();
+  // Every lane is done after an exact pass, which leaves its p and Σ p at its final c for the normalisation below.
   for (int iteration = 0; iteration < 100; ++iteration) {
     // A rough pass while any lane needs one; the lanes that need an exact one wait for it.
     bool any_rough = false, all_done = true;
