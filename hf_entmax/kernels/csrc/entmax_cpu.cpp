@@ -60,14 +60,17 @@ HF_ENTMAX_INLINE int32_t float_to_bits(float value) {
   return bits;
 }
 
-// Both are branch-free: exp clamps its argument, and log takes its mantissa in [√½, √2) by integer arithmetic on
+// Both are branch-free: exp clamps its argument from below, and log takes its mantissa in [√½, √2) by integer arithmetic on
 // the bits rather than by a comparison and two selects. The rough versions, accurate to ~1e-4, serve the Newton
 // passes far from the root, where only the size of the step matters (see entmax_row).
 
-// exp(x) = 2^n · exp(r), with n = round(x / ln 2) and |r| ≤ ln 2 / 2. The argument is clamped to [−87, 88], where 2^n
-// is a normal float: below that the result is e^−87 ≈ 1.6e−38, within float32's noise around any probability.
+// exp(x) = 2^n · exp(r), with n = round(x / ln 2) and |r| ≤ ln 2 / 2. The argument is clamped from below at −87, where
+// 2^n is still a normal float: the result is then e^−87 ≈ 1.6e−38, within float32's noise around any probability.
+// Above, the passes take the exp of log-probabilities (≤ 0, or barely above after a step that ends just below c = 0),
+// and a clamp there would lengthen the chain their loops wait on (~5% of a pass); fast_exp caps 2^n instead, off
+// that chain, which saturates as a clamp would for x up to ~3e6, far beyond any argument it gets.
 HF_ENTMAX_INLINE float exp_reduce(float x, float& r) {
-  const float clamped = std::min(std::max(x, -87.0f), 88.0f);
+  const float clamped = std::max(x, -87.0f);
   // Adding and subtracting 1.5 · 2^23 rounds to the nearest integer (no libm call, so it vectorises).
   const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;
@@ -88,12 +91,12 @@ HF_ENTMAX_INLINE float fast_exp(float x) {
   const float middle = 4.1665795894e-2f + r * 8.3334519073e-3f;
   const float high = 1.3981999507e-3f + r * 1.9875691500e-4f;
   const float poly = low + r2 * (middle + r2 * high);
-  return times_power_of_two(poly * r2 + r + 1.0f, n);
+  return times_power_of_two(poly * r2 + r + 1.0f, std::min(n, 127.0f));
 }
 
 HF_ENTMAX_INLINE float rough_exp(float x) {
   float r;
-  const float n = exp_reduce(x, r);
+  const float n = exp_reduce(std::min(x, 88.0f), r);  // rough_power raises any x to any power: saturate
   float poly = 0.16567842f;  // minimax on |r| ≤ ln 2 / 2, relative error 8e-5
   poly = poly * r + 0.50495630f;
   poly = poly * r + 1.00016267f;
