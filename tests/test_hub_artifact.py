@@ -13,6 +13,7 @@ from conftest import tiny_model
 
 from hf_entmax import TranslationPipeline
 from hf_entmax.modeling import entmax as entmax_module
+from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 
 
 SOURCES = ["der kleine hund läuft", "zwei katzen schlafen im haus", "ein mann"]
@@ -69,9 +70,10 @@ def test_remote_code_files_import_only_torch_and_transformers(saved_folder):
 
 def test_loads_and_translates_without_hf_entmax_installed(saved_folder, tokenizer, tmp_path, monkeypatch):
     model, folder = saved_folder
-    # Without hf_entmax the folder's own entmax.py runs its PyTorch implementation: compare like with like, bit
-    # for bit (the native kernel agrees to float32 rounding; tests/test_kernels.py checks that).
+    # Without hf_entmax the folder's own files run their PyTorch implementation: compare like with like, bit for bit
+    # (the native kernel agrees to float32 rounding; tests/test_kernels.py checks that).
     monkeypatch.setattr(entmax_module, "native_entmax", None)
+    monkeypatch.setattr(modeling, "native_entmax_attention", None)
     inputs = tokenizer(SOURCES, return_tensors="pt", padding=True)
     decoder_input_ids = torch.tensor([[0, 5, 6, 7]] * len(SOURCES))
     expected_logits = model(**inputs, decoder_input_ids=decoder_input_ids).logits

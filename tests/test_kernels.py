@@ -7,6 +7,7 @@ from torch.autograd import gradcheck
 
 from hf_entmax.kernels import cpu
 from hf_entmax.modeling import entmax as entmax_module
+from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.entmax import EntmaxFunction, entmax
 
 
@@ -155,6 +156,109 @@ def test_each_row_is_computed_alone(size):
         assert torch.equal(alone[0], together[index])
 
 
+def padding_and_causal_mask(dtype: torch.dtype, batch: int, queries: int, keys: int) -> torch.Tensor:
+    """An additive (batch, 1, queries, keys) mask: causal, the second sequence padded, and one fully masked row."""
+    masked = (
+        torch.ones(queries, keys, dtype=torch.bool).triu(keys - queries + 1).expand(batch, 1, queries, keys).clone()
+    )
+    masked[1, ..., keys // 2 :] = True
+    masked[0, 0, 0] = True
+    return torch.zeros(masked.shape, dtype=dtype).masked_fill(masked, torch.finfo(dtype).min)
+
+
+@pytest.mark.parametrize("size", [12, 50])
+def test_masked_and_in_place_kernels_agree_with_the_plain_ones_bit_for_bit(size):
+    """The attention path's ops: the mask added inside the kernel (broadcast over heads and queries), the probabilities
+    written over the scores, and the gradient to the scores written over the gradient to the probabilities."""
+    generator = torch.Generator().manual_seed(size)
+    scores = torch.randn(2, 4, 6, size, generator=generator) * torch.tensor([0.5, 1.0, 2.0, 4.0]).view(1, 4, 1, 1)
+    alpha = torch.tensor([1.0, 1.2, 1.5, 1.8]).view(1, 4, 1, 1)
+    for mask in (
+        padding_and_causal_mask(torch.float32, 2, 6, size),
+        padding_and_causal_mask(torch.float32, 2, 1, size),
+    ):
+        expected = torch.ops.hf_entmax.entmax_forward(scores + mask, alpha)
+        assert torch.equal(torch.ops.hf_entmax.entmax_forward(scores, alpha, mask), expected)
+        overwritten = scores.clone()
+        assert torch.ops.hf_entmax.entmax_forward_(overwritten, alpha, mask) is overwritten
+        assert torch.equal(overwritten, expected)
+
+    probs = torch.ops.hf_entmax.entmax_forward(scores + mask, alpha)
+    grad = torch.randn(probs.shape, generator=generator)
+    expected_scores, expected_alpha = torch.ops.hf_entmax.entmax_backward(probs, grad, alpha, True)
+    overwritten = grad.clone()
+    grad_scores, grad_alpha = torch.ops.hf_entmax.entmax_backward_(probs, overwritten, alpha, True)
+    assert grad_scores.data_ptr() == overwritten.data_ptr()
+    assert torch.equal(overwritten, expected_scores) and torch.equal(grad_alpha, expected_alpha)
+
+
+def test_kernel_names_a_mask_that_does_not_fit_the_scores():
+    scores, alpha = torch.randn(2, 4, 3, 7), torch.tensor(1.5)
+    with pytest.raises(
+        RuntimeError, match=r"mask of shape \[3, 1, 1, 7\] must broadcast to the scores, \[2, 4, 3, 7\]"
+    ):
+        torch.ops.hf_entmax.entmax_forward(scores, alpha, torch.zeros(3, 1, 1, 7))
+    with pytest.raises(RuntimeError, match="mask must be a CPU tensor of the scores' dtype, Float, got Double"):
+        torch.ops.hf_entmax.entmax_forward(scores, alpha, torch.zeros(2, 1, 1, 7, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3, 0.5, 0.8, 1.0])
+def test_fused_attention_gradcheck(beta):
+    """Gradients of both outputs (the attention output and the returned probabilities) to the query, key, value and
+    per-head α, through a causal and padding mask with a fully masked row, with more keys than queries."""
+    generator = torch.Generator().manual_seed(int(beta * 10))
+    query, key, value = (
+        torch.randn(2, 3, length, 4, generator=generator, dtype=torch.float64).requires_grad_() for length in (3, 5, 5)
+    )
+    alpha = (1 + beta + torch.tensor([0.0, 0.04, -0.03]).clamp(min=-beta, max=1 - beta)).double().view(1, 3, 1, 1)
+    # gradcheck's central step would leave [1, 2] at the ends (see test_alpha_gradient_at_the_ends_matches...).
+    alpha.requires_grad_(beta not in (0.0, 1.0))
+    mask = padding_and_causal_mask(torch.float64, 2, 3, 5)
+    assert gradcheck(
+        lambda q, k, v, a: cpu.NativeEntmaxAttentionFunction.apply(q, k, v, a, mask), (query, key, value, alpha)
+    )
+
+
+def composed_attention(query, key, value, alpha, mask):
+    """The model's attention as separate operations on the PyTorch implementation: the reference."""
+    probs = EntmaxFunction.apply(torch.matmul(query, key.transpose(-1, -2)) + mask, alpha, 3)
+    return torch.matmul(probs, value), probs
+
+
+@pytest.mark.parametrize("queries", [1, 16])
+def test_float32_fused_attention_matches_float64_composed_attention(queries):
+    """Decoding (one query) and training shapes: outputs, probabilities and every gradient agree to 1e-5."""
+    generator = torch.Generator().manual_seed(queries)
+    inputs = [torch.randn(2, 4, length, 8, generator=generator) for length in (queries, 40, 40)]
+    inputs[0] = inputs[0] * 0.7  # (already scaled)
+    alpha = torch.tensor([1.05, 1.3, 1.5, 1.9]).view(1, 4, 1, 1)
+    upstream = [torch.randn(2, 4, queries, size, generator=generator) for size in (8, 40)]
+    results = []
+    for function, dtype in ((cpu.native_entmax_attention, torch.float32), (composed_attention, torch.float64)):
+        leaves = [tensor.detach().to(dtype).requires_grad_() for tensor in (*inputs, alpha)]
+        outputs = function(*leaves, padding_and_causal_mask(dtype, 2, queries, 40))
+        sum((output * grad).sum() for output, grad in zip(outputs, upstream, strict=True)).backward()
+        results.append([tensor.double() for tensor in (*outputs, *(leaf.grad for leaf in leaves))])
+    for fast, reference in zip(*results, strict=True):
+        torch.testing.assert_close(fast, reference, rtol=1e-5, atol=1e-5)
+    assert results[0][1][0, :, 0].eq(0).all()  # the fully masked row: zeros, no NaN
+
+
+def test_model_attention_runs_fused_only_where_it_applies(monkeypatch):
+    """Fused wherever the kernel applies (training included), composed where dropout is on the probabilities."""
+    calls = []
+    original = modeling.native_entmax_attention
+    monkeypatch.setattr(modeling, "native_entmax_attention", lambda *args: calls.append(1) or original(*args))
+    input_ids = torch.tensor([[5, 6, 7, 8, 1], [9, 10, 1, 0, 0]])
+    decoder_input_ids = torch.tensor([[0, 11, 12], [0, 13, 14]])
+    model = tiny_model().train()
+    model(input_ids, decoder_input_ids=decoder_input_ids, labels=decoder_input_ids).loss.backward()
+    assert len(calls) == model.config.encoder_layers + 2 * model.config.decoder_layers  # self- and cross-attention
+    calls.clear()
+    tiny_model(attention_dropout=0.1).train()(input_ids, decoder_input_ids=decoder_input_ids)
+    assert not calls
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_tensors_take_the_pytorch_implementation_and_agree_with_the_kernel():
     scores = attention_scores(seed=4, dtype=torch.float32, shape=(2, 4, 16, 64))
@@ -181,6 +285,7 @@ def test_model_outputs_are_the_same_with_and_without_the_kernel(monkeypatch):
     with torch.no_grad():
         fast = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
         monkeypatch.setattr(entmax_module, "native_entmax", None)
+        monkeypatch.setattr(modeling, "native_entmax_attention", None)
         reference = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
     torch.testing.assert_close(fast, reference, rtol=1e-5, atol=1e-5)
 

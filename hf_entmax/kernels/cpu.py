@@ -7,6 +7,9 @@ fused into one loop per row, with vectorised exp/log; its backward gives the gra
 compiled once per machine (~20 s). Without a compiler, or if the build fails, `native_entmax` returns
 ``None`` after one warning and the callers use the PyTorch implementation. ``HF_ENTMAX_NATIVE=0`` turns the
 kernel off.
+
+`native_entmax` serves the mapping (`hf_entmax.entmax`); `native_entmax_attention` serves the model's attention,
+fused so that a training step allocates two attention-sized tensors instead of five.
 """
 
 import hashlib
@@ -125,3 +128,91 @@ def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -
     if not last:
         probs = probs.movedim(-1, dim)
     return probs if probs.dtype == scores.dtype else probs.to(scores.dtype)
+
+
+def _attention_forward(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, alpha: torch.Tensor, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # The scores are a temporary of this function alone, so the kernel turns them into the probabilities in place.
+    probs = torch.ops.hf_entmax.entmax_forward_(torch.matmul(query, key.transpose(-1, -2)), alpha, mask)
+    return torch.matmul(probs, value), probs
+
+
+class NativeEntmaxAttentionFunction(torch.autograd.Function):
+    """``probs = entmax(query keyᵀ + mask)``, ``output = probs value``, with one attention-sized tensor per pass.
+
+    Composed of separate operations, attention allocates five tensors of its scores' size per training step (the
+    scores, the masked scores, the probabilities, and their two gradients); each is fresh memory, which costs more to
+    fault in than the kernel's own work on it. Here the mask is added inside the kernel, the probabilities overwrite
+    the scores, and the gradient to the scores overwrites the gradient to the probabilities, which this function
+    alone holds. The inputs are as in `native_entmax_attention`.
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, alpha, mask):
+        output, probs = _attention_forward(query, key, value, alpha, mask)
+        ctx.save_for_backward(query, key, value, alpha, probs)
+        ctx.set_materialize_grads(False)  # an unused `probs` (the usual case) should cost no tensor of zeros
+        return output, probs
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_probs):
+        query, key, value, alpha, probs = ctx.saved_tensors
+        grad_query = grad_key = grad_value = grad_alpha = None
+        if grad_output is not None:
+            grad_scores = torch.matmul(grad_output, value.transpose(-1, -2))
+            if grad_probs is not None:
+                grad_scores += grad_probs
+            if ctx.needs_input_grad[2]:
+                grad_value = torch.matmul(probs.transpose(-1, -2), grad_output)
+        elif grad_probs is not None:
+            grad_scores = grad_probs.clone(memory_format=torch.contiguous_format)
+        else:
+            return None, None, None, None, None
+        grad_scores, grad_alpha = torch.ops.hf_entmax.entmax_backward_(
+            probs, grad_scores, alpha, ctx.needs_input_grad[3]
+        )
+        if ctx.needs_input_grad[0]:
+            grad_query = torch.matmul(grad_scores, key)
+        if ctx.needs_input_grad[1]:
+            grad_key = torch.matmul(grad_scores.transpose(-1, -2), query)
+        return grad_query, grad_key, grad_value, grad_alpha, None
+
+
+def native_entmax_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    alpha: torch.Tensor | float,
+    mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """α-entmax attention by the native kernel, or ``None`` where it does not apply (the caller then composes it).
+
+    Args:
+        query: ``(batch, heads, query_len, head_dim)``, already scaled.
+        key, value: ``(batch, heads, key_len, head_dim)``, in the query's dtype (float32 or float64).
+        alpha: α ∈ [1, 2], a float or a tensor that broadcasts to ``(batch, heads, query_len, 1)``.
+        mask: Additive mask in the query's dtype that broadcasts to ``(batch, heads, query_len, key_len)``:
+            0 keeps a key, −inf or the dtype's lowest value masks it. ``None`` masks nothing. A mask that
+            requires a gradient is left to the caller.
+
+    Returns:
+        ``(output, probs)``: ``output = probs @ value`` is ``(batch, heads, query_len, head_dim)`` and ``probs``
+        ``(batch, heads, query_len, key_len)``; gradients flow to the query, key, value and a tensor α.
+    """
+    tensors = (query, key, value) if mask is None else (query, key, value, mask)
+    if (
+        query.dtype not in (torch.float32, torch.float64)
+        or any(tensor.device.type != "cpu" or tensor.dtype != query.dtype for tensor in tensors)
+        or (mask is not None and mask.requires_grad)
+        or query.numel() == 0
+        or key.numel() == 0
+        or torch.compiler.is_compiling()
+        or not kernel_available()
+    ):
+        return None
+    if not isinstance(alpha, torch.Tensor):
+        alpha = torch.tensor(alpha, dtype=query.dtype)
+    if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in (query, key, value, alpha)):
+        return NativeEntmaxAttentionFunction.apply(query, key, value, alpha, mask)
+    return _attention_forward(query, key, value, alpha, mask)  # inference: no autograd bookkeeping

@@ -46,6 +46,12 @@ from .entmax import entmax
 from .pipeline_translation import TranslationPipeline
 
 
+try:  # With hf_entmax installed, CPU attention runs fused in its native kernel; this file alone composes it below.
+    from hf_entmax.kernels.cpu import native_entmax_attention
+except ImportError:
+    native_entmax_attention = None
+
+
 ATTENTION_IMPLEMENTATION = "adaptive_entmax"
 
 
@@ -84,23 +90,31 @@ def entmax_attention_forward(
         scaling = query.size(-1) ** -0.5
     # Scores in float32 even for half-precision models: entmax's threshold needs the precision (float64 stays).
     compute_dtype = torch.promote_types(query.dtype, torch.float32)
-    scores = torch.matmul(query.to(compute_dtype) * scaling, key.to(compute_dtype).transpose(2, 3))  # (B, H, Lq, Lk)
+    mask = None
     if attention_mask is not None:
-        # Mask before the mapping. entmax treats the dtype's lowest value as masked (exact zeros, and zeros for
-        # a fully masked row), and score + lowest rounds back to lowest for any score below 1e31, so a mask
-        # in the compute dtype needs no second pass; a half-precision mask's lowest value is not float32's.
-        scores = scores + attention_mask.to(compute_dtype)
+        # entmax treats −inf and the dtype's lowest value as masked (exact zeros, and zeros for a fully masked row);
+        # score + lowest rounds back to lowest for any score below 1e31. A half-precision mask's lowest value is not
+        # float32's, so it becomes −inf.
+        mask = attention_mask.to(compute_dtype)
         if attention_mask.dtype != compute_dtype:
-            scores = scores.masked_fill(attention_mask <= torch.finfo(attention_mask.dtype).min, float("-inf"))
-
+            mask = mask.masked_fill(attention_mask <= torch.finfo(attention_mask.dtype).min, float("-inf"))
     alpha = module.alpha()
     if isinstance(alpha, torch.Tensor):
         alpha = alpha.view(1, -1, 1, 1)  # (1, H, 1, 1): one α per head
     # α is in [alpha_min, alpha_max] ⊂ [1, 2] by construction (clamped, or validated in the config).
-    probabilities = entmax(scores, alpha, dim=-1, check_alpha=False).to(value.dtype)
-    dropped = nn.functional.dropout(probabilities, p=dropout, training=module.training)
 
-    output = torch.matmul(dropped, value)  # (B, H, Lq, D)
+    fused = None
+    if native_entmax_attention is not None and not (dropout > 0.0 and module.training):
+        fused = native_entmax_attention(query * scaling, key, value, alpha, mask)  # None where it does not apply
+    if fused is not None:
+        output, probabilities = fused
+    else:
+        scores = torch.matmul(query.to(compute_dtype) * scaling, key.to(compute_dtype).transpose(2, 3))
+        if mask is not None:
+            scores = scores + mask  # (B, H, Lq, Lk)
+        probabilities = entmax(scores, alpha, dim=-1, check_alpha=False).to(value.dtype)
+        dropped = nn.functional.dropout(probabilities, p=dropout, training=module.training)
+        output = torch.matmul(dropped, value)  # (B, H, Lq, D)
     return output.transpose(1, 2).contiguous(), probabilities  # (B, Lq, H, D)
 
 

@@ -18,6 +18,10 @@
 // Short rows (up to kShortRow entries, as in decoding) are solved eight at a time, one per SIMD lane, so that the
 // control code between passes is vectorised too (see entmax_short_rows).
 //
+// For attention (NativeEntmaxAttentionFunction in cpu.py), the forward adds an additive mask as it reads each row and may
+// write the probabilities over the scores, and the backward may write the gradient to the scores over the gradient to
+// the probabilities: a fresh attention-sized tensor costs more to fault in than the kernel's work on it.
+//
 // Rows with β = 0, 1/2 and 1 (softmax, 1.5-entmax, sparsemax) take specialised loops: the last two need no
 // transcendental function at all. float32 uses the vectorisable exp/log below; float64 uses libm everywhere (its
 // rough functions are exact), so that float64 gradcheck tests this very code.
@@ -33,6 +37,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -252,14 +258,23 @@ constexpr int64_t kPadding = 8;
 // Evaluations sum in blocks of this many entries (see evaluate).
 constexpr int64_t kSumBlock = 64;
 
-// Scratch space of one thread: the surviving candidates of a sparse row (score, column), and the probability and
-// 1/base of each candidate.
+// An additive mask over the rows of the scores, broadcast along any leading dimension: row r's mask starts at
+// data + offsets[r]. No mask when data is null.
+template <typename T>
+struct MaskRows {
+  const T* data = nullptr;
+  const int64_t* offsets = nullptr;
+  HF_ENTMAX_INLINE const T* row(int64_t r) const { return data != nullptr ? data + offsets[r] : nullptr; }
+};
+
+// Scratch space of one thread: the row's masked scores (when there is a mask, or the output overwrites the scores),
+// the surviving candidates of a sparse row (score, column), and the probability and 1/base of each candidate.
 template <typename T>
 struct Candidates {
-  std::vector<T> scores, probs, inverse_bases;
+  std::vector<T> row, scores, probs, inverse_bases;
   std::vector<int64_t> column;
   explicit Candidates(int64_t size)
-      : scores(size + kPadding), probs(size + kPadding), inverse_bases(size + kPadding), column(size) {}
+      : row(size), scores(size + kPadding), probs(size + kPadding), inverse_bases(size + kPadding), column(size) {}
 };
 
 // Passes far from the root take rough exp/log and store nothing; exact passes store p (and, in near-softmax rows,
@@ -413,10 +428,22 @@ double taylor_finish(T* probs, const T* inverse_bases, int64_t count, double bet
   return mass;
 }
 
+// One row: p = entmax(scores + mask) into `out`, which may be `scores` itself. `mask` (additive) may be null.
 template <typename T, RowKind Kind>
-void entmax_row(const T* scores, T* out, int64_t size, T beta, Candidates<T>& scratch) {
+void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Candidates<T>& scratch) {
   const T lowest = std::numeric_limits<T>::lowest();
   T row_max = -std::numeric_limits<T>::infinity();
+  if (mask != nullptr || scores == out) {
+    // The passes below read the scores after dense rows have started writing p, so they read a copy (in L1).
+    T* row = scratch.row.data();
+    if (mask != nullptr) {
+#pragma omp simd
+      for (int64_t i = 0; i < size; ++i) row[i] = scores[i] + mask[i];
+    } else {
+      std::copy(scores, scores + size, row);
+    }
+    scores = row;
+  }
 #pragma omp simd reduction(max : row_max)
   for (int64_t i = 0; i < size; ++i) row_max = scores[i] > row_max ? scores[i] : row_max;
   if (row_max <= lowest) {  // every entry masked: all zeros
@@ -564,7 +591,8 @@ HF_ENTMAX_INLINE double lane_newton_numerator(double mass, double beta) {
 // would follow alone (a pass of the other kind leaves it as it is), so a row's result does not depend on its
 // neighbours.
 template <typename T>
-void entmax_short_rows(const T* scores, const T* betas, T* out, const int64_t* rows, int lanes, int64_t size) {
+void entmax_short_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out, const int64_t* rows, int lanes,
+                       int64_t size) {
   alignas(64) T lane_scores[kShortRow][kLanes], lane_probs[kShortRow][kLanes];
   T beta[kLanes], slope_exponent[kLanes], shift_high[kLanes], shift_low[kLanes], slope[kLanes];
   double shift[kLanes], mass[kLanes];
@@ -575,9 +603,10 @@ void entmax_short_rows(const T* scores, const T* betas, T* out, const int64_t* r
   for (int lane = 0; lane < kLanes; ++lane) {
     // Lanes past the last row, and rows with every entry masked, solve a row of zeros (and are not written).
     const bool real = lane < lanes;
+    const T* row_mask = real ? mask.row(rows[lane]) : nullptr;
     T row_max = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < size; ++j) {
-      const T score = real ? scores[rows[lane] * size + j] : T(0);
+      const T score = real ? scores[rows[lane] * size + j] + (row_mask != nullptr ? row_mask[j] : T(0)) : T(0);
       lane_scores[j][lane] = score;
       row_max = std::max(row_max, score);
     }
@@ -659,8 +688,9 @@ void entmax_short_rows(const T* scores, const T* betas, T* out, const int64_t* r
 // entry (short rows, as in decoding, are dominated by their fixed cost).
 inline int64_t rows_per_task(int64_t size) { return std::max<int64_t>(1, 8192 / (size + 64)); }
 
+// p = entmax(scores + mask) of `rows` rows of `size` entries, into `out` (which may be `scores`).
 template <typename T>
-void entmax_forward_rows(const T* scores, const T* betas, T* out, int64_t rows, int64_t size) {
+void entmax_forward_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out, int64_t rows, int64_t size) {
   at::parallel_for(0, rows, rows_per_task(size), [&](int64_t begin, int64_t end) {
     FlushDenormals flush_denormals;
     Candidates<T> scratch(size);
@@ -672,16 +702,17 @@ void entmax_forward_rows(const T* scores, const T* betas, T* out, int64_t rows, 
       if (size <= kShortRow && is_general(row_kind(beta))) {
         short_rows[waiting++] = row;
         if (waiting == kLanes) {
-          entmax_short_rows<T>(scores, betas, out, short_rows, waiting, size);
+          entmax_short_rows<T>(scores, mask, betas, out, short_rows, waiting, size);
           waiting = 0;
         }
         continue;
       }
       with_row_kind(beta, [&](auto kind) {
-        entmax_row<T, decltype(kind)::value>(scores + row * size, out + row * size, size, beta, scratch);
+        entmax_row<T, decltype(kind)::value>(scores + row * size, mask.row(row), out + row * size, size, beta,
+                                             scratch);
       });
     }
-    if (waiting > 0) entmax_short_rows<T>(scores, betas, out, short_rows, waiting, size);
+    if (waiting > 0) entmax_short_rows<T>(scores, mask, betas, out, short_rows, waiting, size);
   });
 }
 
@@ -781,7 +812,7 @@ struct Support {
 };
 
 // One row of the backward: grad_scores = g ⊙ dp − g (Σ g dp) / Σ g, with g = p^(1 − β) on the support,
-// and, for AlphaGrad, dL/dβ = Σ dp p D − (Σ g dp)(Σ p D) / Σ g.
+// and, for AlphaGrad, dL/dβ = Σ dp p D − (Σ g dp)(Σ p D) / Σ g. grad_scores may be `grad` (dp) itself.
 template <typename T, RowKind Kind, bool AlphaGrad>
 T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta, Support<T>& support) {
   // Count the support (one vectorised pass) and gather it if the row is sparse, which then costs little more than
@@ -796,7 +827,8 @@ T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t siz
   const bool dense = 2 * count > size;  // then the whole row, in place, is cheaper than gather and scatter
   BackwardSums sums;
   if (dense) {
-    sums = backward_sums<T, Kind, AlphaGrad>(probs, grad, grad_scores, size, beta);
+    // The weights go to scratch, not to grad_scores, which may be `grad` itself (the in-place backward).
+    sums = backward_sums<T, Kind, AlphaGrad>(probs, grad, support.weights.data(), size, beta);
   } else {
     count = 0;
     for_each_above(probs, size, T(0), [&](int64_t i) { support.column[count++] = i; });
@@ -813,8 +845,9 @@ T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t siz
   const double slope_sum = sums.slope > 0 ? sums.slope : 1.0;
   const T mean_grad = static_cast<T>(sums.weighted_grad / slope_sum);
   if (dense) {
+    const T* weights = support.weights.data();
 #pragma omp simd
-    for (int64_t i = 0; i < size; ++i) grad_scores[i] = grad_scores[i] * (grad[i] - mean_grad);
+    for (int64_t i = 0; i < size; ++i) grad_scores[i] = weights[i] * (grad[i] - mean_grad);
   } else {
     std::fill(grad_scores, grad_scores + size, T(0));
     for (int64_t j = 0; j < count; ++j) {
@@ -863,50 +896,113 @@ at::Tensor row_betas(const at::Tensor& scores, const at::Tensor& alpha) {
   return (alpha.to(scores.scalar_type()) - 1).expand(row_shape).contiguous();
 }
 
-// α-entmax along the last dimension of `scores` (..., size), −inf or the dtype's lowest value masked; α ∈ [1, 2]
-// broadcasts to (..., 1).
-at::Tensor entmax_forward(const at::Tensor& scores, const at::Tensor& alpha) {
+// The mask's view for the kernel: `mask` broadcast to the shape of `scores` (..., size), with contiguous rows, and the
+// offset of each row. Leading dimensions of size 1 (e.g. one mask for every head) stay broadcast, not copied.
+struct ExpandedMask {
+  at::Tensor values;
+  std::vector<int64_t> offsets;
+};
+
+ExpandedMask expand_mask(const at::Tensor& mask, const at::Tensor& scores, int64_t rows) {
+  TORCH_CHECK(mask.device().is_cpu() && mask.scalar_type() == scores.scalar_type(),
+              "mask must be a CPU tensor of the scores' dtype, ", scores.scalar_type(), ", got ", mask.scalar_type());
+  TORCH_CHECK(at::is_expandable_to(mask.sizes(), scores.sizes()), "mask of shape ", mask.sizes(),
+              " must broadcast to the scores, ", scores.sizes());
+  ExpandedMask expanded{mask.expand(scores.sizes()), std::vector<int64_t>(rows)};
+  if (expanded.values.stride(-1) != 1) expanded.values = expanded.values.contiguous();
+  // The offsets of the rows in order: an odometer over the leading dimensions.
+  const at::Tensor& values = expanded.values;
+  std::vector<int64_t> index(values.dim() - 1, 0);
+  int64_t offset = 0;
+  for (int64_t& row_offset : expanded.offsets) {
+    row_offset = offset;
+    for (int64_t d = values.dim() - 2; d >= 0; --d) {
+      offset += values.stride(d);
+      if (++index[d] < values.size(d)) break;
+      offset -= values.stride(d) * values.size(d);
+      index[d] = 0;
+    }
+  }
+  return expanded;
+}
+
+// p = α-entmax(scores + mask) along the last dimension into `out` (contiguous, shaped like `scores`, possibly `scores`
+// itself). −inf or the dtype's lowest value masks an entry; α ∈ [1, 2] broadcasts to (..., 1).
+void entmax_forward_into(const at::Tensor& scores, const at::Tensor& alpha, const std::optional<at::Tensor>& mask,
+                         at::Tensor& out) {
+  const at::Tensor betas = row_betas(scores, alpha);
+  const ExpandedMask expanded = mask.has_value() ? expand_mask(*mask, scores, betas.numel()) : ExpandedMask{};
+  AT_DISPATCH_FLOATING_TYPES(scores.scalar_type(), "entmax_forward", [&] {
+    const MaskRows<scalar_t> mask_rows{mask.has_value() ? expanded.values.data_ptr<scalar_t>() : nullptr,
+                                       expanded.offsets.data()};
+    entmax_forward_rows<scalar_t>(scores.data_ptr<scalar_t>(), mask_rows, betas.data_ptr<scalar_t>(),
+                                  out.data_ptr<scalar_t>(), betas.numel(), scores.size(-1));
+  });
+}
+
+at::Tensor entmax_forward(const at::Tensor& scores, const at::Tensor& alpha, const std::optional<at::Tensor>& mask) {
   check_scores(scores, alpha, "scores");
   const at::Tensor matrix = scores.contiguous();
-  const at::Tensor betas = row_betas(matrix, alpha);
   at::Tensor out = at::empty_like(matrix);
-  const int64_t size = matrix.size(-1);
-  AT_DISPATCH_FLOATING_TYPES(matrix.scalar_type(), "entmax_forward", [&] {
-    entmax_forward_rows<scalar_t>(matrix.data_ptr<scalar_t>(), betas.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                                  betas.numel(), size);
-  });
+  entmax_forward_into(matrix, alpha, mask, out);
   return out;
 }
 
-// The gradients to the scores (shaped like `probs`) and, when alpha_grad is true, to α (shaped like `alpha`, in its
-// dtype; an undefined tensor otherwise).
-std::tuple<at::Tensor, at::Tensor> entmax_backward(const at::Tensor& probs, const at::Tensor& grad,
-                                                   const at::Tensor& alpha, bool alpha_grad) {
+// As entmax_forward, overwriting the scores with the probabilities (no attention-sized allocation).
+at::Tensor& entmax_forward_(at::Tensor& scores, const at::Tensor& alpha, const std::optional<at::Tensor>& mask) {
+  check_scores(scores, alpha, "scores");
+  TORCH_CHECK(scores.is_contiguous(), "entmax_forward_ needs contiguous scores");
+  entmax_forward_into(scores, alpha, mask, scores);
+  return scores;
+}
+
+// The gradients to the scores into `grad_scores` (contiguous, shaped like `probs`, possibly `grad` itself) and, when
+// alpha_grad is true, to α (returned shaped like `alpha`, in its dtype; an undefined tensor otherwise).
+at::Tensor entmax_backward_into(const at::Tensor& probs, const at::Tensor& grad, const at::Tensor& alpha,
+                                bool alpha_grad, at::Tensor& grad_scores) {
   check_scores(probs, alpha, "probs");
   TORCH_CHECK(grad.sizes() == probs.sizes() && grad.scalar_type() == probs.scalar_type(),
               "grad must have the shape and dtype of probs");
-  const at::Tensor probs_matrix = probs.contiguous(), grad_matrix = grad.contiguous();
+  const at::Tensor probs_matrix = probs.contiguous();
   const at::Tensor betas = row_betas(probs_matrix, alpha);
-  at::Tensor grad_scores = at::empty_like(probs_matrix);
   at::Tensor grad_betas = alpha_grad ? at::empty_like(betas) : at::Tensor();
   AT_DISPATCH_FLOATING_TYPES(probs.scalar_type(), "entmax_backward", [&] {
-    entmax_backward_rows<scalar_t>(probs_matrix.data_ptr<scalar_t>(), grad_matrix.data_ptr<scalar_t>(),
+    entmax_backward_rows<scalar_t>(probs_matrix.data_ptr<scalar_t>(), grad.data_ptr<scalar_t>(),
                                    betas.data_ptr<scalar_t>(), grad_scores.data_ptr<scalar_t>(),
                                    alpha_grad ? grad_betas.data_ptr<scalar_t>() : nullptr, betas.numel(),
                                    probs.size(-1));
   });
-  at::Tensor grad_alpha = alpha_grad ? at::sum_to(grad_betas, alpha.sizes()).to(alpha.scalar_type()) : at::Tensor();
+  return alpha_grad ? at::sum_to(grad_betas, alpha.sizes()).to(alpha.scalar_type()) : at::Tensor();
+}
+
+std::tuple<at::Tensor, at::Tensor> entmax_backward(const at::Tensor& probs, const at::Tensor& grad,
+                                                   const at::Tensor& alpha, bool alpha_grad) {
+  const at::Tensor grad_matrix = grad.contiguous();
+  at::Tensor grad_scores = at::empty_like(grad_matrix);
+  at::Tensor grad_alpha = entmax_backward_into(probs, grad_matrix, alpha, alpha_grad, grad_scores);
   return {grad_scores, grad_alpha};
+}
+
+// As entmax_backward, overwriting `grad` with the gradient to the scores.
+std::tuple<at::Tensor&, at::Tensor> entmax_backward_(const at::Tensor& probs, at::Tensor& grad,
+                                                     const at::Tensor& alpha, bool alpha_grad) {
+  TORCH_CHECK(grad.is_contiguous(), "entmax_backward_ needs a contiguous grad");
+  at::Tensor grad_alpha = entmax_backward_into(probs, grad, alpha, alpha_grad, grad);
+  return {grad, grad_alpha};
 }
 
 }  // namespace
 
 TORCH_LIBRARY(hf_entmax, m) {
-  m.def("entmax_forward(Tensor scores, Tensor alpha) -> Tensor");
+  m.def("entmax_forward(Tensor scores, Tensor alpha, Tensor? mask=None) -> Tensor");
+  m.def("entmax_forward_(Tensor(a!) scores, Tensor alpha, Tensor? mask=None) -> Tensor(a!)");
   m.def("entmax_backward(Tensor probs, Tensor grad, Tensor alpha, bool alpha_grad) -> (Tensor, Tensor)");
+  m.def("entmax_backward_(Tensor probs, Tensor(a!) grad, Tensor alpha, bool alpha_grad) -> (Tensor(a!), Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(hf_entmax, CPU, m) {
   m.impl("entmax_forward", &entmax_forward);
+  m.impl("entmax_forward_", &entmax_forward_);
   m.impl("entmax_backward", &entmax_backward);
+  m.impl("entmax_backward_", &entmax_backward_);
 }
