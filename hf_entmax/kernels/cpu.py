@@ -150,6 +150,9 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, key, value, alpha, mask):
+        # Marian's heads are strided views of its projections, which every batched product would copy again; each
+        # of these is used twice.
+        query, key, value = (tensor.contiguous() for tensor in (query, key, value))
         output, probs = _attention_forward(query, key, value, alpha, mask)
         ctx.save_for_backward(query, key, value, alpha, probs)
         ctx.set_materialize_grads(False)  # an unused `probs` (the usual case) should cost no tensor of zeros
@@ -160,6 +163,7 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
         query, key, value, alpha, probs = ctx.saved_tensors
         grad_query = grad_key = grad_value = grad_alpha = None
         if grad_output is not None:
+            grad_output = grad_output.contiguous()
             grad_scores = torch.matmul(grad_output, value.transpose(-1, -2))
             if grad_probs is not None:
                 grad_scores += grad_probs
