@@ -156,6 +156,22 @@ def test_each_row_is_computed_alone(size):
         assert torch.equal(alone[0], together[index])
 
 
+@pytest.mark.parametrize("rows", [1, 8, 16, 19])
+def test_fully_masked_short_rows_give_zeros(rows):
+    """Short rows go through the SIMD lanes eight at a time; a batch of lanes that are all fully masked runs no pass
+    at all, and must still write zeros (once it wrote whatever its scratch held, times zero: NaN for inf garbage)."""
+    scores = torch.full((rows, 12), float("-inf"))
+    scores[rows // 2 :: 9, :3] = torch.tensor([0.5, -1.0, 2.0])  # a few live rows among them
+    for alpha in (torch.tensor(1.3), torch.linspace(1.05, 1.95, rows)[:, None]):
+        probs = torch.ops.hf_entmax.entmax_forward(scores, alpha)
+        live = scores[:, 0].isfinite()
+        assert probs[~live].eq(0).all() and not probs.isnan().any()
+        torch.testing.assert_close(probs[live].sum(-1), torch.ones(int(live.sum())))
+        mask = torch.zeros(rows, 12).masked_fill(scores.isinf(), torch.finfo(torch.float32).min)
+        unmasked = scores.masked_fill(scores.isinf(), 0.0)
+        assert torch.equal(torch.ops.hf_entmax.entmax_forward_(unmasked, alpha, mask), probs)
+
+
 def padding_and_causal_mask(dtype: torch.dtype, batch: int, queries: int, keys: int) -> torch.Tensor:
     """An additive (batch, 1, queries, keys) mask: causal, the second sequence padded, and one fully masked row."""
     masked = (

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -601,7 +602,7 @@ void entmax_short_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out
   int32_t done[kLanes], below_root[kLanes], rough[kLanes], active[kLanes];
   const T lowest = std::numeric_limits<T>::lowest();
   for (int lane = 0; lane < kLanes; ++lane) {
-    // Lanes past the last row, and rows with every entry masked, solve a row of zeros (and are not written).
+    // Lanes past the last row, and rows with every entry masked, solve a dummy row (and are not written from it).
     const bool real = lane < lanes;
     const T* row_mask = real ? mask.row(rows[lane]) : nullptr;
     T row_max = -std::numeric_limits<T>::infinity();
@@ -679,21 +680,45 @@ void entmax_short_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out
     }
   }
   for (int lane = 0; lane < lanes; ++lane) {
-    const T inverse_mass = empty[lane] ? T(0) : static_cast<T>(1.0 / mass[lane]);
-    for (int64_t j = 0; j < size; ++j) out[rows[lane] * size + j] = lane_probs[j][lane] * inverse_mass;
+    T* row_out = out + rows[lane] * size;
+    if (empty[lane]) {  // no pass need have run (every lane may be empty): nothing in lane_probs to scale
+      std::fill(row_out, row_out + size, T(0));
+      continue;
+    }
+    const T inverse_mass = static_cast<T>(1.0 / mass[lane]);
+    for (int64_t j = 0; j < size; ++j) row_out[j] = lane_probs[j][lane] * inverse_mass;
   }
 }
 
-// The fewest rows worth a task of their own: waking a thread costs a few µs, and a row ~0.1–0.5 µs plus a few ns per
-// entry (short rows, as in decoding, are dominated by their fixed cost).
-inline int64_t rows_per_task(int64_t size) { return std::max<int64_t>(1, 8192 / (size + 64)); }
+// The fewest rows worth handing to a thread: waking one costs a few µs, and a row ~0.1–0.5 µs plus a few ns per entry
+// (short rows, as in decoding, are dominated by their fixed cost). A multiple of kLanes, for the short-row lanes.
+inline int64_t rows_per_block(int64_t size) {
+  const int64_t rows = std::max<int64_t>(1, 8192 / (size + 64));
+  return (rows + kLanes - 1) / kLanes * kLanes;
+}
+
+// Runs body(begin, end, scratch) on blocks of rows taken in turn from a shared counter, with one scratch =
+// make_scratch() and denormals flushed per thread. Taking blocks as they finish, rather than splitting the rows
+// evenly up front, keeps a thread that is slowed down (by costlier rows, such as a dense head's, or by a busy core)
+// from holding the others back. Which thread computes a row does not change its result.
+template <typename MakeScratch, typename Body>
+void parallel_rows(int64_t rows, int64_t size, MakeScratch&& make_scratch, Body&& body) {
+  const int64_t block = rows_per_block(size), blocks = (rows + block - 1) / block;
+  std::atomic<int64_t> next_block{0};
+  at::parallel_for(0, std::min<int64_t>(blocks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+    FlushDenormals flush_denormals;
+    auto scratch = make_scratch();
+    for (int64_t taken; (taken = next_block.fetch_add(1, std::memory_order_relaxed)) < blocks;) {
+      body(taken * block, std::min(rows, (taken + 1) * block), scratch);
+    }
+  });
+}
 
 // p = entmax(scores + mask) of `rows` rows of `size` entries, into `out` (which may be `scores`).
 template <typename T>
 void entmax_forward_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out, int64_t rows, int64_t size) {
-  at::parallel_for(0, rows, rows_per_task(size), [&](int64_t begin, int64_t end) {
-    FlushDenormals flush_denormals;
-    Candidates<T> scratch(size);
+  const auto make_scratch = [size] { return Candidates<T>(size); };
+  parallel_rows(rows, size, make_scratch, [&](int64_t begin, int64_t end, Candidates<T>& scratch) {
     // Short rows of general kinds wait here until kLanes of them can be solved together.
     int64_t short_rows[kLanes];
     int waiting = 0;
@@ -860,9 +885,8 @@ T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t siz
 template <typename T>
 void entmax_backward_rows(const T* probs, const T* grad, const T* betas, T* grad_scores, T* grad_betas,
                           int64_t rows, int64_t size) {
-  at::parallel_for(0, rows, rows_per_task(size), [&](int64_t begin, int64_t end) {
-    FlushDenormals flush_denormals;
-    Support<T> support(size);
+  const auto make_scratch = [size] { return Support<T>(size); };
+  parallel_rows(rows, size, make_scratch, [&](int64_t begin, int64_t end, Support<T>& support) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t offset = row * size;
       const T grad_beta = with_row_kind(betas[row], [&](auto kind) {
