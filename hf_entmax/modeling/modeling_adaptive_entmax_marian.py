@@ -85,6 +85,9 @@ def entmax_attention_forward(
     Returns:
         ``(output, probabilities)``: ``output`` is ``(batch, query_len, heads, head_dim)`` and
         contiguous; ``probabilities`` is ``(batch, heads, query_len, key_len)`` with exact zeros.
+
+    With hf_entmax installed, float32/float64 CPU attention without dropout runs fused in its native kernel
+    (``native_entmax_attention``), equal to the composed operations below up to float32 rounding.
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5

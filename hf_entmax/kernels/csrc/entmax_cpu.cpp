@@ -15,8 +15,9 @@
 // The backward computes the gradients to the scores and to β in one pass over the support (gathered first when the
 // row is sparse).
 //
-// Short rows (up to kShortRow entries, as in decoding) are solved eight at a time, one per SIMD lane, so that the
-// control code between passes is vectorised too (see entmax_short_rows).
+// Rows with few candidates for the support (up to kShortRow: short rows, as in decoding, and most rows of sparse heads)
+// are solved eight at a time, one per SIMD lane, so that the control code between passes is vectorised too (see
+// solve_lanes).
 //
 // For attention (NativeEntmaxAttentionFunction in cpu.py), the forward adds an additive mask as it reads each row and may
 // write the probabilities over the scores, and the backward may write the gradient to the scores over the gradient to
@@ -259,6 +260,11 @@ constexpr int64_t kPadding = 8;
 // Evaluations sum in blocks of this many entries (see evaluate).
 constexpr int64_t kSumBlock = 64;
 
+// Rows with at most kShortRow candidates for the support (and a general β) are solved kLanes at a time, one per SIMD
+// lane (see solve_lanes).
+constexpr int64_t kShortRow = 20;
+constexpr int kLanes = 8;
+
 // An additive mask over the rows of the scores, broadcast along any leading dimension: row r's mask starts at
 // data + offsets[r]. No mask when data is null.
 template <typename T>
@@ -429,9 +435,11 @@ double taylor_finish(T* probs, const T* inverse_bases, int64_t count, double bet
   return mass;
 }
 
-// One row: p = entmax(scores + mask) into `out`, which may be `scores` itself. `mask` (additive) may be null.
-template <typename T, RowKind Kind>
-void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Candidates<T>& scratch) {
+// One row: p = entmax(scores + mask) into `out`, which may be `scores` itself. `mask` (additive) may be null. A row of
+// a general kind with at most kShortRow candidates is handed to defer(candidates, columns, count) instead, to be
+// solved in SIMD lanes with others like it (see solve_lanes), which then writes `out`.
+template <typename T, RowKind Kind, typename Defer>
+void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Candidates<T>& scratch, Defer&& defer) {
   const T lowest = std::numeric_limits<T>::lowest();
   T row_max = -std::numeric_limits<T>::infinity();
   if (mask != nullptr || scores == out) {
@@ -490,6 +498,13 @@ void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Ca
     columns = scratch.column.data();
     probs = scratch.probs.data();
   };
+  if constexpr (is_general(Kind)) {
+    if (count <= kShortRow) {
+      gather(size, first_threshold);
+      defer(candidate_scores, columns, count);
+      return;
+    }
+  }
   if (2 * count <= size) {
     gather(size, first_threshold);
   } else {
@@ -559,15 +574,14 @@ void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Ca
   }
 }
 
-// ---- Short rows, kLanes at a time ----
+// ---- Rows with few candidates, kLanes at a time ----
 //
-// A row of a few dozen entries (decoding attends over the keys so far; Multi30k sentences have 10–30 tokens) costs
-// little in its passes and much in the scalar code between them: the sums, Newton's step and its exp and log. Rows
-// that short are solved kLanes at a time, one per SIMD lane: their scores are transposed so that a pass is a vector
-// loop over the lanes, entry by entry, and so is each Newton step. Only rows with 0 < β < 1, β ≠ 1/2 take lanes (the
-// other kinds have loops without exp and log), and none is pruned: a short row's passes are cheap.
-constexpr int64_t kShortRow = 20;
-constexpr int kLanes = 8;
+// A row with a few dozen candidates for the support costs little in its passes and much in the scalar code between
+// them: the sums, Newton's step and its exp and log. That is every short row (decoding attends over the keys so far;
+// Multi30k sentences have 10–30 tokens) and most rows of sparse heads, whose support is a handful of entries however
+// long the row. Such rows' candidates are solved kLanes at a time, one per SIMD lane: they are transposed so that a
+// pass is a vector loop over the lanes, entry by entry, and so is each Newton step. Only rows with 0 < β < 1,
+// β ≠ 1/2 take lanes (the other kinds have loops without exp and log), and none is pruned: their passes are cheap.
 
 // s (1 − s^(−β)) / β, the numerator of Newton's step (see newton_numerator), with no branch or libm call so that it
 // vectorises over lanes: near the root a series in x = s − 1 (8 terms, relative error below |x|^8 < 1e-8); away from
@@ -587,13 +601,58 @@ HF_ENTMAX_INLINE double lane_newton_numerator(double mass, double beta) {
   return mass * (std::abs(x) < 0.1 ? near : far);
 }
 
-// The rows rows[0..lanes) (lanes ≤ kLanes) of the (·, size) matrices, size ≤ kShortRow, each with 0 < β < 1, β ≠ 1/2:
-// the Newton iteration of entmax_row without its pruning, Halley steps or Taylor finish. Each lane follows the path it
+// Rows waiting for a lane: each one's candidates (scores with the mask added; masked entries pad them to `width`),
+// their columns, and the row of the output they are solved for.
+template <typename T>
+struct LaneBatch {
+  T scores[kLanes][kShortRow];  // transposed by solve_lanes (doing it here would store lane by lane, one float apart)
+  int64_t columns[kLanes][kShortRow];
+  int64_t count[kLanes];
+  bool whole_row[kLanes];  // the candidates are the row itself (columns unused)
+  T* out[kLanes];
+  int64_t out_size[kLanes];
+  T beta[kLanes];
+  int waiting = 0;
+  int64_t width = 0;  // the most candidates of any waiting row
+
+  // A row's candidates, gathered from it.
+  void add(const T* candidates, const int64_t* candidate_columns, int64_t candidate_count, T* row_out,
+           int64_t row_size, T row_beta) {
+    std::copy(candidate_columns, candidate_columns + candidate_count, columns[waiting]);
+    add_lane(candidates, nullptr, candidate_count, false, row_out, row_size, row_beta);
+  }
+
+  // A whole row of at most kShortRow entries, mask (possibly null) added: for rows that short, the thresholding
+  // and gathering of entmax_row cost more than they save.
+  void add_row(const T* row_scores, const T* row_mask, T* row_out, int64_t row_size, T row_beta) {
+    add_lane(row_scores, row_mask, row_size, true, row_out, row_size, row_beta);
+  }
+
+ private:
+  void add_lane(const T* values, const T* mask, int64_t value_count, bool whole, T* row_out, int64_t row_size,
+                T row_beta) {
+    const int lane = waiting++;
+    if (mask != nullptr) {
+      for (int64_t j = 0; j < value_count; ++j) scores[lane][j] = values[j] + mask[j];
+    } else {
+      std::copy(values, values + value_count, scores[lane]);
+    }
+    count[lane] = value_count;
+    whole_row[lane] = whole;
+    out[lane] = row_out;
+    out_size[lane] = row_size;
+    beta[lane] = row_beta;
+    width = std::max(width, value_count);
+  }
+};
+
+// Solves the waiting rows of `batch` (each with 0 < β < 1, β ≠ 1/2), writes their output rows and empties it: the
+// Newton iteration of entmax_row without its pruning, Halley steps or Taylor finish. Each lane follows the path it
 // would follow alone (a pass of the other kind leaves it as it is), so a row's result does not depend on its
 // neighbours.
 template <typename T>
-void entmax_short_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out, const int64_t* rows, int lanes,
-                       int64_t size) {
+void solve_lanes(LaneBatch<T>& batch) {
+  const int64_t size = batch.width;
   alignas(64) T lane_scores[kShortRow][kLanes], lane_probs[kShortRow][kLanes];
   T beta[kLanes], slope_exponent[kLanes], shift_high[kLanes], shift_low[kLanes], slope[kLanes];
   double shift[kLanes], mass[kLanes];
@@ -603,11 +662,11 @@ void entmax_short_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out
   const T lowest = std::numeric_limits<T>::lowest();
   for (int lane = 0; lane < kLanes; ++lane) {
     // Lanes past the last row, and rows with every entry masked, solve a dummy row (and are not written from it).
-    const bool real = lane < lanes;
-    const T* row_mask = real ? mask.row(rows[lane]) : nullptr;
+    // Candidates past a row's own count are masked.
+    const bool real = lane < batch.waiting;
     T row_max = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < size; ++j) {
-      const T score = real ? scores[rows[lane] * size + j] + (row_mask != nullptr ? row_mask[j] : T(0)) : T(0);
+      const T score = !real ? T(0) : j < batch.count[lane] ? batch.scores[lane][j] : lowest;
       lane_scores[j][lane] = score;
       row_max = std::max(row_max, score);
     }
@@ -616,14 +675,13 @@ void entmax_short_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out
       for (int64_t j = 0; j < size; ++j) lane_scores[j][lane] = T(0);
       row_max = 0;
     }
-    beta[lane] = real ? betas[rows[lane]] : T(0.25);
+    beta[lane] = real ? batch.beta[lane] : T(0.25);
     slope_exponent[lane] = T(1) / beta[lane] - T(1);
     shift[lane] = row_max;  // c = 0
     done[lane] = !real || empty[lane];
     below_root[lane] = true;
     rough[lane] = true;  // far from the root, passes take rough exp/log (see entmax_row)
   }
-
   const double tolerance = 2 * std::numeric_limits<T>::epsilon();
   // Every lane is done after an exact pass, which leaves its p and Σ p at its final c for the normalisation below.
   for (int iteration = 0; iteration < 100; ++iteration) {
@@ -679,15 +737,20 @@ void entmax_short_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out
       rough[lane] = active[lane] ? pass_is_rough & (std::abs(mass[lane] - 1.0) > 0.1) : rough[lane];
     }
   }
-  for (int lane = 0; lane < lanes; ++lane) {
-    T* row_out = out + rows[lane] * size;
-    if (empty[lane]) {  // no pass need have run (every lane may be empty): nothing in lane_probs to scale
-      std::fill(row_out, row_out + size, T(0));
+  for (int lane = 0; lane < batch.waiting; ++lane) {
+    T* row_out = batch.out[lane];
+    // An empty lane may have run no pass at all (if every lane is empty): nothing in lane_probs to scale.
+    const T inverse_mass = empty[lane] ? T(0) : static_cast<T>(1.0 / mass[lane]);
+    if (batch.whole_row[lane] && !empty[lane]) {
+      for (int64_t j = 0; j < batch.count[lane]; ++j) row_out[j] = lane_probs[j][lane] * inverse_mass;
       continue;
     }
-    const T inverse_mass = static_cast<T>(1.0 / mass[lane]);
-    for (int64_t j = 0; j < size; ++j) row_out[j] = lane_probs[j][lane] * inverse_mass;
+    std::fill(row_out, row_out + batch.out_size[lane], T(0));
+    if (empty[lane]) continue;
+    for (int64_t j = 0; j < batch.count[lane]; ++j) row_out[batch.columns[lane][j]] = lane_probs[j][lane] * inverse_mass;
   }
+  batch.waiting = 0;
+  batch.width = 0;
 }
 
 // The fewest rows worth handing to a thread: waking one costs a few µs, and a row ~0.1–0.5 µs plus a few ns per entry
@@ -719,25 +782,24 @@ template <typename T>
 void entmax_forward_rows(const T* scores, MaskRows<T> mask, const T* betas, T* out, int64_t rows, int64_t size) {
   const auto make_scratch = [size] { return Candidates<T>(size); };
   parallel_rows(rows, size, make_scratch, [&](int64_t begin, int64_t end, Candidates<T>& scratch) {
-    // Short rows of general kinds wait here until kLanes of them can be solved together.
-    int64_t short_rows[kLanes];
-    int waiting = 0;
+    LaneBatch<T> lanes;  // rows with few candidates wait here until kLanes of them can be solved together
     for (int64_t row = begin; row < end; ++row) {
       const T beta = betas[row];
+      T* row_out = out + row * size;
       if (size <= kShortRow && is_general(row_kind(beta))) {
-        short_rows[waiting++] = row;
-        if (waiting == kLanes) {
-          entmax_short_rows<T>(scores, mask, betas, out, short_rows, waiting, size);
-          waiting = 0;
-        }
+        lanes.add_row(scores + row * size, mask.row(row), row_out, size, beta);
+        if (lanes.waiting == kLanes) solve_lanes(lanes);
         continue;
       }
+      const auto defer = [&](const T* candidates, const int64_t* columns, int64_t count) {
+        lanes.add(candidates, columns, count, row_out, size, beta);
+        if (lanes.waiting == kLanes) solve_lanes(lanes);
+      };
       with_row_kind(beta, [&](auto kind) {
-        entmax_row<T, decltype(kind)::value>(scores + row * size, mask.row(row), out + row * size, size, beta,
-                                             scratch);
+        entmax_row<T, decltype(kind)::value>(scores + row * size, mask.row(row), row_out, size, beta, scratch, defer);
       });
     }
-    if (waiting > 0) entmax_short_rows<T>(scores, mask, betas, out, short_rows, waiting, size);
+    if (lanes.waiting > 0) solve_lanes(lanes);
   });
 }
 
