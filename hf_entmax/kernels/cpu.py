@@ -142,8 +142,8 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
     """``probs = entmax(query keyᵀ + mask)``, ``output = probs value``, with one attention-sized tensor per pass.
 
     Composed of separate operations, attention allocates five tensors of its scores' size per training step (the
-    scores, the masked scores, the probabilities, and their two gradients); each is fresh memory, which costs more to
-    fault in than the kernel's own work on it. Here the mask is added inside the kernel, the probabilities overwrite
+    scores, the masked scores, the probabilities, and their two gradients), and fresh memory can cost as much to fault
+    in as the kernel's own work on it (see the README). Here the mask is added inside the kernel, the probabilities overwrite
     the scores, and the gradient to the scores overwrites the gradient to the probabilities, which this function
     alone holds. The inputs are as in `native_entmax_attention`.
     """
