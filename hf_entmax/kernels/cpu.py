@@ -143,9 +143,9 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
 
     Composed of separate operations, attention allocates five tensors of its scores' size per training step (the
     scores, the masked scores, the probabilities, and their two gradients), and fresh memory can cost as much to fault
-    in as the kernel's own work on it (see the README). Here the mask is added inside the kernel, the probabilities overwrite
-    the scores, and the gradient to the scores overwrites the gradient to the probabilities, which this function
-    alone holds. The inputs are as in `native_entmax_attention`.
+    in as the kernel's own work on it (see the README). Here the mask is added inside the kernel, the probabilities
+    overwrite the scores, and the gradient to the scores overwrites the gradient to the probabilities, which this
+    function alone holds. The inputs are as in `native_entmax_attention`.
     """
 
     @staticmethod
