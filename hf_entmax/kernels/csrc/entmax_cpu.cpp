@@ -21,7 +21,7 @@
 //
 // For attention (NativeEntmaxAttentionFunction in cpu.py), the forward adds an additive mask as it reads each row and may
 // write the probabilities over the scores, and the backward may write the gradient to the scores over the gradient to
-// the probabilities: a fresh attention-sized tensor costs more to fault in than the kernel's work on it.
+// the probabilities: faulting in a fresh attention-sized tensor can cost as much as the kernel's work on it.
 //
 // Rows with β = 0, 1/2 and 1 (softmax, 1.5-entmax, sparsemax) take specialised loops: the last two need no
 // transcendental function at all. float32 uses the vectorisable exp/log below; float64 uses libm everywhere (its
