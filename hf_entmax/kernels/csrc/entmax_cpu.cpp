@@ -297,8 +297,8 @@ struct Evaluation {
 };
 
 // g = p / base = base^(1/β − 1), the slope of an entry in the support (minus the derivative of p w.r.t. c), from
-// t = z − row max − c and its base = 1 + β t > 0, is pass_exp(log_support_slope(...)) for general kinds: the two
-// halves are separate so that a pass can run them in separate loops (see evaluate).
+// t = z − row max − c and its base = 1 + β t > 0: for general kinds pass_exp(log_support_slope(...)), in two halves so
+// that a pass can run them in separate loops (see evaluate); 1 for sparsemax and base for 1.5-entmax.
 template <typename T, Pass P>
 HF_ENTMAX_INLINE T log_support_slope(T t, T base, T beta, T slope_exponent) {
   if constexpr (P == Pass::kRough) {
@@ -315,17 +315,6 @@ HF_ENTMAX_INLINE T log_support_slope(T t, T base, T beta, T slope_exponent) {
 template <typename T, Pass P>
 HF_ENTMAX_INLINE T pass_exp(T x) {
   return P == Pass::kRough ? Math<T>::rough_exp(x) : Math<T>::exp(x);
-}
-
-template <typename T, RowKind Kind, Pass P>
-HF_ENTMAX_INLINE T support_slope(T t, T base, T beta, T slope_exponent) {
-  if constexpr (Kind == RowKind::kSparsemax) {
-    return T(1);
-  } else if constexpr (Kind == RowKind::kEntmax15) {
-    return base;
-  } else {
-    return pass_exp<T, P>(log_support_slope<T, P>(t, base, beta, slope_exponent));
-  }
 }
 
 // p = [1 + β (z − shift)]_+^(1/β) of `count` scores, into `probs` (and 1/base into `inverse_bases`), and their moments.
@@ -367,8 +356,10 @@ HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* inverse_bases
       T g;
       if constexpr (is_general(Kind)) {
         g = inside ? pass_exp<T, P>(log_slopes[j - start]) : T(0);
+      } else if constexpr (Kind == RowKind::kEntmax15) {
+        g = inside ? base : T(0);
       } else {
-        g = inside ? support_slope<T, Kind, P>(t, safe_base, beta, slope_exponent) : T(0);
+        g = inside ? T(1) : T(0);
       }
       const T p = g * safe_base;
       if constexpr (P == Pass::kExact) probs[j] = p;
