@@ -18,9 +18,12 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import datasets
 from datasets import Dataset, DatasetDict, Features, Translation
 
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from . import synthetic
+from .arguments import DataArguments
 
 
 logger = logging.getLogger(__name__)
@@ -169,6 +172,52 @@ def load_local_splits(
         elif source_file is not None:
             splits[split] = read_text_pair(source_file, target_file, source_lang, target_lang)
     return splits
+
+
+def load_parallel_data(data_args: DataArguments) -> tuple[DatasetDict, str, str]:
+    """The raw splits (a ``translation`` column each) and the (source, target) language codes."""
+    if data_args.uses_synthetic_data():
+        source_lang = data_args.source_lang or synthetic.SOURCE_LANG
+        target_lang = data_args.target_lang or synthetic.TARGET_LANG
+        if (source_lang, target_lang) != (synthetic.SOURCE_LANG, synthetic.TARGET_LANG):
+            raise HfEntmaxValueError(
+                f"without data arguments the built-in synthetic pair is used, which translates "
+                f"{synthetic.SOURCE_LANG} -> {synthetic.TARGET_LANG}; got --source_lang {source_lang} "
+                f"--target_lang {target_lang}. Give --train_file (or a dataset) to train another pair"
+            )
+        return synthetic.synthetic_splits(num_train=data_args.synthetic_train_size), source_lang, target_lang
+
+    if data_args.source_lang is None or data_args.target_lang is None:
+        raise HfEntmaxValueError(
+            "--source_lang and --target_lang are required with a dataset or local files "
+            "(e.g. --source_lang de --target_lang en)"
+        )
+    check_language_pair(data_args.source_lang, data_args.target_lang)
+    if data_args.dataset_name is not None:
+        if data_args.local_files():
+            raise HfEntmaxValueError(
+                f"give either --dataset_name or local files, not both (got --dataset_name and "
+                f"{', '.join('--' + name for name in data_args.local_files())})"
+            )
+        try:
+            raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name)
+        except Exception as error:  # the datasets library raises many kinds; all mean "could not load"
+            raise HfEntmaxValueError(
+                f"could not load --dataset_name {data_args.dataset_name!r} "
+                f"(config {data_args.dataset_config_name!r}): {' '.join(str(error).split())}. "
+                "Offline, use local files instead"
+            ) from error
+        for split_name, split in raw.items():
+            if "translation" not in split.column_names:
+                raise HfEntmaxValueError(
+                    f"dataset {data_args.dataset_name!r} split {split_name!r} has no 'translation' column "
+                    f"(columns: {', '.join(split.column_names)})"
+                )
+    else:
+        raw = load_local_splits(
+            **data_args.local_files(), source_lang=data_args.source_lang, target_lang=data_args.target_lang
+        )
+    return raw, data_args.source_lang, data_args.target_lang
 
 
 def limit_samples(dataset: Dataset, max_samples: int | None) -> Dataset:

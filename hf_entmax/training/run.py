@@ -28,9 +28,8 @@ from ..conversion.model_card import ModelCardInfo, render_model_card
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
-from . import synthetic
 from .arguments import DataArguments, ModelArguments
-from .data import check_language_pair, limit_samples, load_local_splits
+from .data import limit_samples, load_parallel_data
 from .metrics import sacrebleu_signatures, translation_metrics
 from .presets import build_config, preset_config_kwargs
 from .tokenizer import train_joint_tokenizer
@@ -42,52 +41,6 @@ logger = logging.getLogger(__name__)
 SUMMARY_FILE = "training_summary.json"
 ALPHA_HISTORY_FILE = "alpha_history.json"
 _ALPHA_LOG_KEY = re.compile(r"alpha/(\w+)/layer_(\d+)/head_(\d+)")
-
-
-def load_parallel_data(data_args: DataArguments) -> tuple[datasets.DatasetDict, str, str]:
-    """The raw splits (a ``translation`` column each) and the (source, target) language codes."""
-    if data_args.uses_synthetic_data():
-        source_lang = data_args.source_lang or synthetic.SOURCE_LANG
-        target_lang = data_args.target_lang or synthetic.TARGET_LANG
-        if (source_lang, target_lang) != (synthetic.SOURCE_LANG, synthetic.TARGET_LANG):
-            raise HfEntmaxValueError(
-                f"without data arguments the built-in synthetic pair is used, which translates "
-                f"{synthetic.SOURCE_LANG} -> {synthetic.TARGET_LANG}; got --source_lang {source_lang} "
-                f"--target_lang {target_lang}. Give --train_file (or a dataset) to train another pair"
-            )
-        return synthetic.synthetic_splits(num_train=data_args.synthetic_train_size), source_lang, target_lang
-
-    if data_args.source_lang is None or data_args.target_lang is None:
-        raise HfEntmaxValueError(
-            "--source_lang and --target_lang are required with a dataset or local files "
-            "(e.g. --source_lang de --target_lang en)"
-        )
-    check_language_pair(data_args.source_lang, data_args.target_lang)
-    if data_args.dataset_name is not None:
-        if data_args.local_files():
-            raise HfEntmaxValueError(
-                f"give either --dataset_name or local files, not both (got --dataset_name and "
-                f"{', '.join('--' + name for name in data_args.local_files())})"
-            )
-        try:
-            raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name)
-        except Exception as error:  # the datasets library raises many kinds; all mean "could not load"
-            raise HfEntmaxValueError(
-                f"could not load --dataset_name {data_args.dataset_name!r} "
-                f"(config {data_args.dataset_config_name!r}): {' '.join(str(error).split())}. "
-                "Offline, use local files instead"
-            ) from error
-        for split_name, split in raw.items():
-            if "translation" not in split.column_names:
-                raise HfEntmaxValueError(
-                    f"dataset {data_args.dataset_name!r} split {split_name!r} has no 'translation' column "
-                    f"(columns: {', '.join(split.column_names)})"
-                )
-    else:
-        raw = load_local_splits(
-            **data_args.local_files(), source_lang=data_args.source_lang, target_lang=data_args.target_lang
-        )
-    return raw, data_args.source_lang, data_args.target_lang
 
 
 def load_tokenizer(
