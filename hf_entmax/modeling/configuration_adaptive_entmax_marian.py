@@ -3,7 +3,7 @@
 This file is copied to the Hub next to the model, so it needs nothing but torch and transformers.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from huggingface_hub.dataclasses import strict
 from transformers import MarianConfig
@@ -22,52 +22,46 @@ class AlphaSettings:
     maximum: float
 
 
-@strict
-class AdaptiveEntmaxMarianConfig(MarianConfig):
-    r"""
-    A [`MarianConfig`] whose attention heads use α-entmax instead of softmax.
+def _alpha_option(default: object, help_text: str):
+    return field(default=default, metadata={"help": help_text})
 
-    Every attention module (encoder self-attention, decoder self-attention, cross-attention) holds
-    one α per head. A learned α is ``clamp(1 + sigmoid(alpha_logit), alpha_min, alpha_max)``,
-    recomputed from its unconstrained logit at every forward, as in Correia et al. (2019).
 
-    alpha_init (`float` or `"random"`, *optional*, defaults to `"random"`):
-        Initial α of every head: a number in [1, 2], or `"random"` for the paper's initialisation
-        (logits drawn from N(0, 1), so α has mean ≈ 1.5). 1 is softmax, 1.5 is 1.5-entmax, 2 is sparsemax.
-    learn_alpha (`bool`, *optional*, defaults to `True`):
-        Learn α per head. With `False`, α stays at `alpha_init` (which must then be a number) and is not
-        a parameter: α = 1 is exactly softmax, 1.5 the paper's 1.5-entmax baseline, 2 sparsemax.
-    alpha_min (`float`, *optional*, defaults to 1.01):
-        Lower bound of a learned α (the paper clamps at 1.01).
-    alpha_max (`float`, *optional*, defaults to 2.0):
-        Upper bound of a learned α.
-    encoder_self_alpha_init, decoder_self_alpha_init, cross_alpha_init (`float` or `"random"`, *optional*):
-        Per attention type overrides of `alpha_init`; `None` (the default) uses `alpha_init`.
-    encoder_self_learn_alpha, decoder_self_learn_alpha, cross_learn_alpha (`bool`, *optional*):
-        Per attention type overrides of `learn_alpha`; `None` (the default) uses `learn_alpha`.
+@dataclass
+class AlphaOptions:
+    """How the attention heads choose α: the one definition of these options.
 
-    Example:
-
-    ```python
-    >>> from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
-    >>> # Learned α everywhere, but a fixed softmax for cross-attention.
-    >>> config = AdaptiveEntmaxMarianConfig(cross_alpha_init=1.0, cross_learn_alpha=False)
-    >>> model = AdaptiveEntmaxMarianMTModel(config)
-    ```
+    `AdaptiveEntmaxMarianConfig` inherits them as config fields, and `hf-entmax train`/`hf-entmax convert` derive their
+    flags from them (with the same names and help), so the three cannot drift apart.
     """
 
-    model_type = "adaptive_entmax_marian"
-
-    alpha_init: float | int | str = "random"
-    learn_alpha: bool = True
-    alpha_min: float | int = 1.01
-    alpha_max: float | int = 2.0
-    encoder_self_alpha_init: float | int | str | None = None
-    decoder_self_alpha_init: float | int | str | None = None
-    cross_alpha_init: float | int | str | None = None
-    encoder_self_learn_alpha: bool | None = None
-    decoder_self_learn_alpha: bool | None = None
-    cross_learn_alpha: bool | None = None
+    alpha_init: float | int | str = _alpha_option(
+        "random",
+        "Initial α of every head: a number in [1, 2] (1 = softmax, 1.5 = 1.5-entmax, 2 = sparsemax) or 'random' "
+        "(the paper's: logits drawn from N(0, 1), so α has mean ≈ 1.5).",
+    )
+    learn_alpha: bool = _alpha_option(
+        True, "Learn α per head. With False, α stays at alpha_init (a number then) and is not a parameter."
+    )
+    alpha_min: float | int = _alpha_option(1.01, "Lower bound of a learned α (the paper clamps at 1.01).")
+    alpha_max: float | int = _alpha_option(2.0, "Upper bound of a learned α.")
+    encoder_self_alpha_init: float | int | str | None = _alpha_option(
+        None, "Override of alpha_init for encoder self-attention (None: alpha_init)."
+    )
+    decoder_self_alpha_init: float | int | str | None = _alpha_option(
+        None, "Override of alpha_init for decoder self-attention (None: alpha_init)."
+    )
+    cross_alpha_init: float | int | str | None = _alpha_option(
+        None, "Override of alpha_init for cross-attention (None: alpha_init)."
+    )
+    encoder_self_learn_alpha: bool | None = _alpha_option(
+        None, "Override of learn_alpha for encoder self-attention (None: learn_alpha)."
+    )
+    decoder_self_learn_alpha: bool | None = _alpha_option(
+        None, "Override of learn_alpha for decoder self-attention (None: learn_alpha)."
+    )
+    cross_learn_alpha: bool | None = _alpha_option(
+        None, "Override of learn_alpha for cross-attention (None: learn_alpha)."
+    )
 
     def alpha_settings(self, attention_type: str) -> AlphaSettings:
         """The α settings of one attention type (`"encoder_self"`, `"decoder_self"` or `"cross"`)."""
@@ -83,7 +77,11 @@ class AdaptiveEntmaxMarianConfig(MarianConfig):
         )
 
     def validate_alpha(self):
-        """Part of `@strict` validation: α settings are in range and consistent."""
+        """α settings in range and consistent; part of the config's `@strict` validation.
+
+        Raises:
+            ValueError: naming the field, its value and what is allowed.
+        """
         if not 1.0 <= self.alpha_min < self.alpha_max <= 2.0:
             raise ValueError(
                 f"`alpha_min` and `alpha_max` must satisfy 1 <= alpha_min < alpha_max <= 2, "
@@ -93,7 +91,7 @@ class AdaptiveEntmaxMarianConfig(MarianConfig):
             value = getattr(self, f"{prefix}alpha_init")
             if value is None or value == "random":
                 continue
-            if isinstance(value, str) or not 1.0 <= value <= 2.0:
+            if isinstance(value, (str, bool)) or not 1.0 <= value <= 2.0:
                 raise ValueError(f"`{prefix}alpha_init` must be a number in [1, 2] or 'random', got {value!r}")
         for kind in ATTENTION_TYPES:
             settings = self.alpha_settings(kind)
@@ -110,4 +108,47 @@ class AdaptiveEntmaxMarianConfig(MarianConfig):
                 )
 
 
-__all__ = ["AdaptiveEntmaxMarianConfig"]
+@strict
+class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions):
+    r"""
+    A [`MarianConfig`] whose attention heads use α-entmax instead of softmax.
+
+    Every attention module (encoder self-attention, decoder self-attention, cross-attention) holds
+    one α per head. A learned α is ``clamp(1 + sigmoid(alpha_logit), alpha_min, alpha_max)``,
+    recomputed from its unconstrained logit at every forward, as in Correia et al. (2019).
+
+    The α fields (`alpha_init`, `learn_alpha`, `alpha_min`, `alpha_max` and their per-attention-type overrides such
+    as `cross_alpha_init`) are those of [`AlphaOptions`], documented there; the other fields are Marian's.
+
+    Example:
+
+    ```python
+    >>> from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
+    >>> # Learned α everywhere, but a fixed softmax for cross-attention.
+    >>> config = AdaptiveEntmaxMarianConfig(cross_alpha_init=1.0, cross_learn_alpha=False)
+    >>> model = AdaptiveEntmaxMarianMTModel(config)
+    ```
+    """
+
+    model_type = "adaptive_entmax_marian"
+
+    # transformers allows `output_attentions` only with the "eager" implementation, because fused kernels (SDPA,
+    # flash) never materialise the attention probabilities. This model always runs its own α-entmax attention
+    # function, which computes the probabilities explicitly and returns them, so attentions can always be returned:
+    # the setter and the validator below drop that restriction (and the switch to "eager" that would come with it).
+    @property
+    def output_attentions(self) -> bool:
+        """`bool`: Whether the model returns the attention probabilities of every layer."""
+        return self._output_attentions
+
+    @output_attentions.setter
+    def output_attentions(self, value: bool) -> None:
+        self._output_attentions = value
+
+    def validate_output_attentions(self):
+        """Part of `@strict` validation: `output_attentions` is a bool, whatever the attention implementation."""
+        if not isinstance(self.output_attentions, bool):
+            raise ValueError(f"`output_attentions` must be True or False, got {self.output_attentions!r}")
+
+
+__all__ = ["AdaptiveEntmaxMarianConfig", "AlphaOptions", "AlphaSettings"]
