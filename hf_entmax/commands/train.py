@@ -4,44 +4,153 @@ Arguments are `ModelArguments`, `DataArguments` and transformers' `Seq2SeqTraini
 flags or as one `.json`/`.yaml` file. With no data argument the built-in synthetic pair is used.
 """
 
+import difflib
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
+import yaml
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
+from ..errors import HfEntmaxValueError
 from ..training.arguments import DataArguments, ModelArguments
+from ..training.recipes import choose_recipe, recipe_flags
 from ..training.run import train
 
 
 HELP = "train or fine-tune a model on a Hub dataset, local files or the built-in synthetic pair"
 DEFAULT_OUTPUT_DIR = "outputs/train"
+STAGE_FLAGS = ("do_train", "do_eval", "do_predict")
+
+
+def build_parser() -> HfArgumentParser:
+    # No abbreviations: the command must know exactly which flags were given (a recipe fills in the others).
+    return HfArgumentParser(
+        (ModelArguments, DataArguments, Seq2SeqTrainingArguments),
+        prog="hf-entmax train",
+        description=__doc__,
+        allow_abbrev=False,
+    )
 
 
 def parse_arguments(argv: Sequence[str]) -> tuple[ModelArguments, DataArguments, Seq2SeqTrainingArguments]:
-    """Parse flags, or a single .json/.yaml file, into the three argument dataclasses."""
-    parser = HfArgumentParser(
-        (ModelArguments, DataArguments, Seq2SeqTrainingArguments), prog="hf-entmax train", description=__doc__
-    )
+    """Parse flags, or a single .json/.yaml file, into the three argument dataclasses.
+
+    Settings not given are filled in, in this order of precedence: what the user gave; the optimiser recipe
+    (`hf_entmax.training.recipes`) for where the model starts; the command's own defaults (``--output_dir
+    outputs/train``, CPU settings without an accelerator); the dataclasses' defaults.
+    """
+    parser = build_parser()
     argv = list(argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(argv[0])
-    if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
-        return parser.parse_yaml_file(argv[0])
-    argv = _with_default(argv, "--output_dir", DEFAULT_OUTPUT_DIR)
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        values = _read_config_file(Path(argv[0]))
+        given = set(values)
+        values = {**_command_defaults(given, values.get("model_name_or_path"), values.get("recipe", "auto")), **values}
+        try:
+            parsed = parser.parse_dict(values)
+        except ValueError as error:  # unknown keys, or a value a dataclass refuses
+            raise HfEntmaxValueError(f"{argv[0]}: {_one_line(error)}") from None
+    else:
+        given = _given_flags(argv)
+        model_name = _flag_value(argv, "model_name_or_path")
+        defaults = _command_defaults(given, model_name, _flag_value(argv, "recipe") or "auto")
+        for name, value in defaults.items():
+            argv += [f"--{name}", str(value)]
+        try:
+            parsed = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+        except ValueError as error:  # a value a dataclass refuses in __post_init__
+            raise HfEntmaxValueError(_one_line(error)) from None
+        *parsed, unknown = parsed
+        if unknown:
+            raise HfEntmaxValueError(_unknown_flags_message(parser, unknown))
+    model_args, data_args, training_args = parsed
+    recipe = choose_recipe(model_args.recipe, model_args.model_name_or_path is not None)
+    model_args.recipe = recipe.name
+    if model_args.alpha_learning_rate is None:
+        model_args.alpha_learning_rate = recipe.alpha_learning_rate_ratio * training_args.learning_rate
+    _set_stages(training_args, given)
+    return model_args, data_args, training_args
+
+
+def _set_stages(training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
+    """Turn the stage flags into what `hf_entmax.training.run.choose_stages` reads: True (run it, its data is
+    required), False (skip it) or None (run it if the data has the split).
+
+    As in run_translation.py, stages given as True are exactly what runs. Without any, the command does everything
+    the data allows, less the stages given as False: ``--do_train False`` evaluates a checkpoint.
+    """
+    stages = {name: getattr(training_args, name) if name in given else None for name in STAGE_FLAGS}
+    if any(stages.values()):
+        stages = {name: bool(value) for name, value in stages.items()}
+    elif all(value is False for value in stages.values()):
+        raise HfEntmaxValueError("--do_train, --do_eval and --do_predict are all False: there is nothing to do")
+    else:
+        stages = {name: (None if value is None else False) for name, value in stages.items()}
+        stages["do_train"] = stages["do_train"] if "do_train" in given else True
+    for name, value in stages.items():
+        setattr(training_args, name, value)
+
+
+def _command_defaults(given: set[str], model_name_or_path: str | None, recipe_name: str) -> dict:
+    """The settings the command supplies for what was not given: output folder, CPU settings, the recipe's."""
+    defaults = {"output_dir": DEFAULT_OUTPUT_DIR}
     if not torch.accelerator.is_available():
         # Without an accelerator, say so: only then do processes started by torchrun form a (gloo) DDP group
         # instead of each training alone, and the data loader stops pinning memory for a GPU that is not there.
-        argv = _with_default(argv, "--use_cpu", "True")
-        argv = _with_default(argv, "--dataloader_pin_memory", "False")
-    return parser.parse_args_into_dataclasses(args=argv)
+        defaults.update(use_cpu=True, dataloader_pin_memory=False)
+    defaults.update(recipe_flags(choose_recipe(recipe_name, model_name_or_path is not None), given))
+    return {name: value for name, value in defaults.items() if name not in given}
 
 
-def _with_default(argv: list[str], flag: str, value: str) -> list[str]:
-    """``argv`` plus ``flag value`` unless the user gave ``flag`` already."""
-    if flag in argv or any(argument.startswith(f"{flag}=") for argument in argv):
-        return argv
-    return [*argv, flag, value]
+def _given_flags(argv: list[str]) -> set[str]:
+    """Names of the flags in ``argv`` (``--no_x`` counts as ``x``)."""
+    names = set()
+    for argument in argv:
+        if argument.startswith("--"):
+            name = argument[2:].split("=", 1)[0]
+            names.add(name)
+            names.add(name.removeprefix("no_"))
+    return names
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+    for position, argument in enumerate(argv):
+        if argument == f"--{name}" and position + 1 < len(argv):
+            return argv[position + 1]
+        if argument.startswith(f"--{name}="):
+            return argument.split("=", 1)[1]
+    return None
+
+
+def _read_config_file(path: Path) -> dict:
+    if not path.is_file():
+        raise HfEntmaxValueError(f"{path}: no such file (expected a .json or .yaml file of train arguments)")
+    try:
+        text = path.read_text(encoding="utf-8")
+        values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
+        raise HfEntmaxValueError(f"{path}: not a valid {path.suffix[1:].upper()} file ({_one_line(error)})") from None
+    if not isinstance(values, dict):
+        raise HfEntmaxValueError(
+            f"{path}: expected a mapping of argument names to values, got {type(values).__name__}"
+        )
+    return values
+
+
+def _unknown_flags_message(parser: HfArgumentParser, unknown: list[str]) -> str:
+    known = [option for action in parser._actions for option in action.option_strings]
+    flags = [argument for argument in unknown if argument.startswith("-")] or unknown
+    parts = []
+    for flag in flags:
+        close = difflib.get_close_matches(flag.split("=", 1)[0], known, n=1)
+        parts.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
+    return f"unknown argument{'s' if len(parts) > 1 else ''}: {', '.join(parts)}; see hf-entmax train --help"
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())[:400]
 
 
 def print_summary(summary: dict, output_dir: str) -> None:

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -20,7 +20,7 @@ from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, Offl
 from transformers import AutoTokenizer, MarianMTModel, PreTrainedTokenizerBase
 
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
-from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig
+from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig, AlphaOptions
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..training.presets import build_config
 from .export import CHECK_SENTENCES, export_hub_folder
@@ -34,6 +34,7 @@ PICKLE_WEIGHT_PATTERNS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "
 # What a Marian repo needs besides weights: configs and tokenizer files (SentencePiece models, vocabularies).
 _DOWNLOAD_PATTERNS = ["*.json", "*.model", "*.spm", "*.txt", "*.safetensors"]
 LOGIT_TOLERANCE = 1e-5
+ALPHA_OPTION_NAMES = tuple(option.name for option in fields(AlphaOptions))
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 _OPUS_MT_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})")
 # A Hub cache snapshot folder: .../models--{owner}--{name}/snapshots/{commit}
@@ -88,16 +89,6 @@ def convert_marian(
     model: str,
     output_dir: str | os.PathLike,
     *,
-    alpha_init: float | str = 1.0,
-    learn_alpha: bool = False,
-    alpha_min: float = 1.01,
-    alpha_max: float = 2.0,
-    encoder_self_alpha_init: float | str | None = None,
-    decoder_self_alpha_init: float | str | None = None,
-    cross_alpha_init: float | str | None = None,
-    encoder_self_learn_alpha: bool | None = None,
-    decoder_self_learn_alpha: bool | None = None,
-    cross_learn_alpha: bool | None = None,
     allow_pickle: bool = False,
     check_sentences: list[str] | None = None,
     source_lang: str | None = None,
@@ -105,17 +96,13 @@ def convert_marian(
     base_model: str | None = None,
     model_id: str | None = None,
     max_shard_size: str | int = "2GB",
+    **alpha_options: object,
 ) -> ConversionReport:
     """Turn a MarianMT checkpoint into an AdaptiveEntmaxMarian one and write it as a Hub-ready folder.
 
     Args:
         model: A local MarianMT folder, or a Hub id (downloaded; needs the network).
         output_dir: Where to write the Hub-ready folder (safetensors only).
-        alpha_init, learn_alpha, alpha_min, alpha_max: α of every head, as in `AdaptiveEntmaxMarianConfig`. The
-            default, α = 1 fixed, is exactly softmax: the converted model computes the source's function. A
-            learned α is 1 + sigmoid(logit) and cannot start at exactly 1: give ``alpha_init`` ≥ ``alpha_min``.
-        encoder_self_alpha_init, decoder_self_alpha_init, cross_alpha_init, encoder_self_learn_alpha,
-        decoder_self_learn_alpha, cross_learn_alpha: Per attention type overrides (``None``: the global value).
         allow_pickle: Accept a checkpoint whose only weights are pickle files (``pytorch_model.bin``, ``*.pt``).
             Unpickling runs code from the file: only for checkpoints you trust.
         check_sentences: Source sentences for the equivalence check (default: a few built-in ones).
@@ -123,32 +110,24 @@ def convert_marian(
         base_model: Hub id of the source for the card (inferred when ``model`` is a Hub id or in the Hub cache).
         model_id: The repo id the folder will be pushed to, for the card's usage snippet.
         max_shard_size: Above this size the weights are written as several safetensors shards.
+        **alpha_options: Fields of `AlphaOptions` (``alpha_init``, ``learn_alpha``, ``alpha_min``, ``alpha_max``,
+            ``cross_alpha_init``, …). Those not given keep the source's function: α = 1 fixed, exactly softmax. A
+            learned α is 1 + sigmoid(logit) and cannot start at exactly 1: give ``alpha_init`` ≥ ``alpha_min``.
 
     Returns:
         A `ConversionReport` (its ``summary()`` says what was checked).
 
     Raises:
         HfEntmaxValueError: a checkpoint that is not Marian, has only pickle weights (without ``allow_pickle``),
-            or inconsistent α settings. HfEntmaxError: a failed download, or a failed equivalence check (then
+            unknown or inconsistent α options. HfEntmaxError: a failed download, or a failed equivalence check (then
             nothing is written).
     """
+    alpha_fields = conversion_alpha_options(alpha_options)
     source_dir, from_hub = resolve_source(model, allow_pickle=allow_pickle)
     source_config = read_marian_config(source_dir, model)
     use_safetensors = choose_weights(source_dir, model, allow_pickle=allow_pickle, from_hub=from_hub)
 
     source = MarianMTModel.from_pretrained(source_dir, use_safetensors=use_safetensors).eval()
-    alpha_fields = {
-        "alpha_init": alpha_init,
-        "learn_alpha": learn_alpha,
-        "alpha_min": alpha_min,
-        "alpha_max": alpha_max,
-        "encoder_self_alpha_init": encoder_self_alpha_init,
-        "decoder_self_alpha_init": decoder_self_alpha_init,
-        "cross_alpha_init": cross_alpha_init,
-        "encoder_self_learn_alpha": encoder_self_learn_alpha,
-        "decoder_self_learn_alpha": decoder_self_learn_alpha,
-        "cross_learn_alpha": cross_learn_alpha,
-    }
     marian_fields = {
         key: value
         for key, value in source_config.items()
@@ -200,6 +179,30 @@ def convert_marian(
     )
     export_hub_folder(target, tokenizer, output_dir, card=card, max_shard_size=max_shard_size)
     return report
+
+
+def conversion_alpha_options(given: dict[str, object]) -> dict[str, object]:
+    """The α fields of a converted model: those given, over α = 1 fixed (the source's softmax).
+
+    Raises:
+        HfEntmaxValueError: an unknown option, or a learned α without a start (1, the source's, is below alpha_min).
+    """
+    unknown = sorted(set(given) - set(ALPHA_OPTION_NAMES))
+    if unknown:
+        raise HfEntmaxValueError(
+            f"unknown α option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; the options are "
+            f"{', '.join(ALPHA_OPTION_NAMES)}"
+        )
+    options = {"alpha_init": 1.0, "learn_alpha": False, **given}
+    learned = [
+        name for name in ("learn_alpha", *(f"{kind}_learn_alpha" for kind in ATTENTION_TYPES)) if given.get(name)
+    ]
+    if learned and not any(name.endswith("alpha_init") for name in given):
+        raise HfEntmaxValueError(
+            f"{learned[0]}: a learned α lives in [alpha_min, alpha_max] and cannot start at the source's α = 1; "
+            "give alpha_init too (e.g. 1.1)"
+        )
+    return options
 
 
 def resolve_source(model: str, allow_pickle: bool = False) -> tuple[Path, bool]:

@@ -5,10 +5,16 @@ predict_with_generate, generation_num_beams, resume_from_checkpoint, report_to, 
 whole command line; a single `.json` or `.yaml` file with the same keys works too.
 """
 
-from dataclasses import dataclass, field
+import argparse
+import math
+from dataclasses import Field, dataclass, field, fields, make_dataclass
+
+from transformers.hf_argparser import string_to_bool
 
 from ..errors import HfEntmaxValueError
+from ..modeling.configuration_adaptive_entmax_marian import AlphaOptions
 from .presets import MODEL_PRESETS
+from .recipes import RECIPE_CHOICES
 
 
 def parse_alpha_init(value: str | float | None, flag: str) -> float | str | None:
@@ -24,9 +30,62 @@ def parse_alpha_init(value: str | float | None, flag: str) -> float | str | None
     return alpha
 
 
+def alpha_flag_help(option: Field, not_given: str) -> str:
+    """The help of an `AlphaOptions` field as a flag: its own help, and what happens when it is not given."""
+    return f"{option.metadata['help']} Not given: {not_given}"
+
+
+def _as_flag(option: Field) -> tuple[str, type, Field]:
+    """An `AlphaOptions` field as a `hf-entmax train` flag that defaults to None, i.e. "not given".
+
+    A flag that is not given keeps the starting checkpoint's setting (see `hf_entmax.training.model_loading`), so the
+    command must tell "not given" from "given the default value". α values travel as text ("random" or a number).
+    """
+    flag_type = bool | None if option.type in (bool, bool | None) else str | None
+    return option.name, flag_type, field(default=None, metadata={"help": alpha_flag_help(option, TRAIN_NOT_GIVEN)})
+
+
+TRAIN_NOT_GIVEN = (
+    "an AdaptiveEntmaxMarian checkpoint's own setting; a learned α from 1.1 for a MarianMT checkpoint; "
+    "the default of AdaptiveEntmaxMarianConfig for a fresh model."
+)
+# The α flags of `hf-entmax train`, derived from the one definition the config inherits.
+AlphaArguments = make_dataclass("AlphaArguments", [_as_flag(option) for option in fields(AlphaOptions)])
+
+
+def add_alpha_arguments(parser: argparse.ArgumentParser, not_given: str) -> None:
+    """Add the `AlphaOptions` flags to an argparse command (``hf-entmax convert``), as `hf-entmax train` has them:
+    ``--learn_alpha``, ``--learn_alpha True`` and ``--learn_alpha False`` all work; not given means None."""
+    for option in fields(AlphaOptions):
+        help_text = alpha_flag_help(option, not_given)
+        if option.type in (bool, bool | None):
+            parser.add_argument(f"--{option.name}", type=string_to_bool, nargs="?", const=True, help=help_text)
+        else:
+            parser.add_argument(f"--{option.name}", help=help_text)
+
+
+def given_alpha_options(arguments: object, flag_prefix: str = "--") -> dict[str, object]:
+    """The α options given on the command line (not None), parsed: α inits as floats or "random", bounds as floats."""
+    given = {}
+    for option in fields(AlphaOptions):
+        value = getattr(arguments, option.name)
+        if value is None:
+            continue
+        flag = f"{flag_prefix}{option.name}"
+        if option.name.endswith("alpha_init"):
+            value = parse_alpha_init(value, flag)
+        elif not isinstance(value, bool):
+            try:
+                value = float(value)
+            except ValueError:
+                raise HfEntmaxValueError(f"{flag} must be a number in [1, 2], got {value!r}") from None
+        given[option.name] = value
+    return given
+
+
 @dataclass
-class ModelArguments:
-    """Which model to train, and how its attention chooses α."""
+class ModelArguments(AlphaArguments):
+    """Which model to train, how its attention chooses α, and the optimiser recipe for flags not given."""
 
     model_name_or_path: str | None = field(
         default=None,
@@ -39,39 +98,30 @@ class ModelArguments:
         default="small",
         metadata={"help": f"Size of a fresh model: one of {', '.join(MODEL_PRESETS)} (base = Transformer-Base)."},
     )
-    alpha_init: str = field(
-        default="random",
-        metadata={"help": "Initial α of every head: a number in [1, 2] (1 = softmax) or 'random' (the paper's)."},
+    recipe: str = field(
+        default="auto",
+        metadata={
+            "help": "Default optimiser settings for the flags you do not give: 'from-scratch' (learning rate 1e-3, "
+            "inverse square root decay after 10% warm-up, Adam betas (0.9, 0.98)), 'fine-tuning' (1e-4, linear decay "
+            "after 5% warm-up), 'none' (Trainer's defaults) or 'auto' (fine-tuning with --model_name_or_path, else "
+            f"from-scratch). One of {', '.join(RECIPE_CHOICES)}."
+        },
     )
-    learn_alpha: bool = field(default=True, metadata={"help": "Learn α per head (--learn_alpha False fixes it)."})
-    alpha_min: float = field(default=1.01, metadata={"help": "Lower bound of a learned α (the paper's 1.01)."})
-    alpha_max: float = field(default=2.0, metadata={"help": "Upper bound of a learned α."})
     alpha_learning_rate: float | None = field(
         default=None,
         metadata={
-            "help": "Learning rate of the α logits (own optimizer group, no weight decay); "
-            "default: 10 × --learning_rate, so that α adapts within a short run."
+            "help": "Learning rate of the α logits (own optimizer group, no weight decay; 0 freezes α). "
+            "Default: the recipe's, 10 × --learning_rate from scratch and 100 × when fine-tuning, so that α "
+            "adapts within a short run."
         },
     )
-    encoder_self_alpha_init: str | None = field(
-        default=None, metadata={"help": "Override of --alpha_init for encoder self-attention."}
+    dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Dropout of residual connections and attention probabilities. Default: 0.1 for a fresh model, "
+            "the checkpoint's own when fine-tuning."
+        },
     )
-    decoder_self_alpha_init: str | None = field(
-        default=None, metadata={"help": "Override of --alpha_init for decoder self-attention."}
-    )
-    cross_alpha_init: str | None = field(
-        default=None, metadata={"help": "Override of --alpha_init for cross-attention."}
-    )
-    encoder_self_learn_alpha: bool | None = field(
-        default=None, metadata={"help": "Override of --learn_alpha for encoder self-attention."}
-    )
-    decoder_self_learn_alpha: bool | None = field(
-        default=None, metadata={"help": "Override of --learn_alpha for decoder self-attention."}
-    )
-    cross_learn_alpha: bool | None = field(
-        default=None, metadata={"help": "Override of --learn_alpha for cross-attention."}
-    )
-    dropout: float = field(default=0.1, metadata={"help": "Dropout of a fresh model (residual and attention)."})
     tokenizer_name: str | None = field(
         default=None,
         metadata={
@@ -86,25 +136,25 @@ class ModelArguments:
             raise HfEntmaxValueError(
                 f"--model_size must be one of {', '.join(MODEL_PRESETS)}, got {self.model_size!r}"
             )
-        self.alpha_init = parse_alpha_init(self.alpha_init, "--alpha_init")
-        for kind in ("encoder_self", "decoder_self", "cross"):
-            name = f"{kind}_alpha_init"
-            setattr(self, name, parse_alpha_init(getattr(self, name), f"--{name}"))
+        if self.recipe not in RECIPE_CHOICES:
+            raise HfEntmaxValueError(f"--recipe must be one of {', '.join(RECIPE_CHOICES)}, got {self.recipe!r}")
+        if self.alpha_learning_rate is not None and not (
+            math.isfinite(self.alpha_learning_rate) and self.alpha_learning_rate >= 0
+        ):
+            raise HfEntmaxValueError(
+                f"--alpha_learning_rate must be a finite number ≥ 0 (0 freezes α), got {self.alpha_learning_rate!r}"
+            )
+        if self.dropout is not None and not (math.isfinite(self.dropout) and 0.0 <= self.dropout < 1.0):
+            raise HfEntmaxValueError(f"--dropout must be in [0, 1), got {self.dropout!r}")
+        if self.vocab_size < 8:
+            raise HfEntmaxValueError(
+                f"--vocab_size must be at least 8 (three special tokens and some pieces), got {self.vocab_size}"
+            )
+        self.alpha_options_given()  # α values are checked now, before any data is read
 
-    def alpha_config(self) -> dict:
-        """The α fields of `AdaptiveEntmaxMarianConfig` these arguments ask for."""
-        return {
-            "alpha_init": self.alpha_init,
-            "learn_alpha": self.learn_alpha,
-            "alpha_min": self.alpha_min,
-            "alpha_max": self.alpha_max,
-            "encoder_self_alpha_init": self.encoder_self_alpha_init,
-            "decoder_self_alpha_init": self.decoder_self_alpha_init,
-            "cross_alpha_init": self.cross_alpha_init,
-            "encoder_self_learn_alpha": self.encoder_self_learn_alpha,
-            "decoder_self_learn_alpha": self.decoder_self_learn_alpha,
-            "cross_learn_alpha": self.cross_learn_alpha,
-        }
+    def alpha_options_given(self) -> dict[str, object]:
+        """The α flags given (parsed), by option name; the others keep the starting point's settings."""
+        return given_alpha_options(self)
 
 
 @dataclass
@@ -130,7 +180,36 @@ class DataArguments:
         default=128, metadata={"help": "Source sentences are truncated to this many tokens."}
     )
     max_target_length: int = field(
-        default=128, metadata={"help": "Target sentences are truncated to this many tokens."}
+        default=128, metadata={"help": "Target sentences of the training data are truncated to this many tokens."}
+    )
+    val_max_target_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Targets of the validation and test data are truncated to this many tokens, and evaluation "
+            "generates at most this many (unless --generation_max_length is given). Default: --max_target_length."
+        },
+    )
+    source_prefix: str | None = field(
+        default=None,
+        metadata={"help": "Text put before every source sentence (e.g. a task prefix for T5-style data)."},
+    )
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={
+            "help": "Pad every example to --max_source_length/--max_target_length instead of to the longest of its "
+            "batch (slower on CPU; useful for TPUs)."
+        },
+    )
+    ignore_pad_token_for_loss: bool = field(
+        default=True, metadata={"help": "Leave padded label positions out of the loss."}
+    )
+    overwrite_cache: bool = field(default=False, metadata={"help": "Tokenize again instead of using cached results."})
+    num_beams: int | None = field(
+        default=None,
+        metadata={
+            "help": "Beams for evaluation and prediction (run_translation.py's name for --generation_num_beams). "
+            "Default: 4."
+        },
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
@@ -139,6 +218,23 @@ class DataArguments:
         default=20000, metadata={"help": "Training pairs of the built-in synthetic pair (when no data is given)."}
     )
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+
+    def __post_init__(self):
+        positive = ["max_source_length", "max_target_length", "synthetic_train_size"]
+        optional_positive = [
+            "val_max_target_length",
+            "num_beams",
+            "max_train_samples",
+            "max_eval_samples",
+            "max_predict_samples",
+            "preprocessing_num_workers",
+        ]
+        for name in positive + optional_positive:
+            value = getattr(self, name)
+            if (value is not None or name in positive) and not (isinstance(value, int) and value >= 1):
+                raise HfEntmaxValueError(f"--{name} must be a positive whole number, got {value!r}")
+        if self.val_max_target_length is None:
+            self.val_max_target_length = self.max_target_length
 
     def local_files(self) -> dict[str, str]:
         """The local-file arguments that were given, by name."""

@@ -1,22 +1,24 @@
 """Train or fine-tune an AdaptiveEntmaxMarian translation model with Seq2SeqTrainer: the logic behind
 `hf-entmax train` and `hf-entmax demo`, usable from Python as :func:`train`.
 
-The flow is transformers' translation example, adapted: load parallel text (Hub dataset, local files or the
-built-in synthetic pair), get a tokenizer (given, the model's, or trained on the data), build the model
-(fresh from a size preset, an AdaptiveEntmaxMarian checkpoint, or a MarianMT checkpoint whose softmax heads
-become α-entmax heads), tokenize, train, evaluate with sacreBLEU and chrF, and save a self-contained folder.
+The flow is transformers' translation example (run_translation.py), adapted: load parallel text (Hub dataset, local
+files or the built-in synthetic pair), get a tokenizer (given, the model's, or trained on the data), build the model
+(fresh from a size preset, an AdaptiveEntmaxMarian checkpoint, or a MarianMT checkpoint whose softmax heads become
+α-entmax heads; see `model_loading`), tokenize, then train, evaluate and predict as ``--do_train``/``--do_eval``/
+``--do_predict`` ask (all three with the data there is, when none is given), with sacreBLEU and chrF, and save a
+self-contained folder with the files run_translation.py writes.
 """
 
 import json
 import logging
 import math
-import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import numpy as np
 import transformers
 from transformers import (
-    AutoConfig,
     AutoTokenizer,
     DataCollatorForSeq2Seq,
     PreTrainedTokenizerBase,
@@ -26,76 +28,86 @@ from transformers import (
 
 from ..conversion.model_card import ModelCardInfo, render_model_card
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
-from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
-from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .arguments import DataArguments, ModelArguments
 from .data import limit_samples, load_parallel_data
 from .metrics import sacrebleu_signatures, translation_metrics
-from .presets import build_config, preset_config_kwargs
+from .model_loading import describe_alpha, load_model, read_starting_point
+from .records import (
+    ALPHA_HISTORY_FILE,
+    PREDICTIONS_FILE,
+    SUMMARY_FILE,
+    alpha_history,
+    evaluations,
+    framework_versions,
+    plain,
+)
 from .tokenizer import train_joint_tokenizer
 from .trainer import AdaptiveEntmaxTrainer
 
 
 logger = logging.getLogger(__name__)
 
-SUMMARY_FILE = "training_summary.json"
-ALPHA_HISTORY_FILE = "alpha_history.json"
-_ALPHA_LOG_KEY = re.compile(r"alpha/(\w+)/layer_(\d+)/head_(\d+)")
+__all__ = ["ALPHA_HISTORY_FILE", "SUMMARY_FILE", "train"]
+DEFAULT_NUM_BEAMS = 4
+
+
+@dataclass
+class Stages:
+    """What a run does: train, evaluate on the validation split, predict (and score) the test split."""
+
+    train: bool
+    evaluate: bool
+    predict: bool
+
+
+def choose_stages(training_args: Seq2SeqTrainingArguments, splits: datasets.DatasetDict) -> Stages:
+    """The stages of a run from ``do_train``/``do_eval``/``do_predict``: each True (run it; its data is required),
+    False (skip it) or None (run it if the data has the split, as `hf-entmax train` sets the flags not given).
+
+    All three False, as `Seq2SeqTrainingArguments` has them by default, means: train, then evaluate and predict with
+    the data there is.
+
+    Raises:
+        HfEntmaxValueError: a stage required without its data.
+    """
+    flags = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
+    if not any(flags.values()) and None not in flags.values():
+        flags = {"train": True, "validation": None, "test": None}
+    for split, flag, files in (
+        ("train", "--do_train", "--train_file (or --train_source_file/--train_target_file)"),
+        ("validation", "--do_eval", "--validation_file (or its source/target files)"),
+        ("test", "--do_predict", "--test_file (or its source/target files)"),
+    ):
+        if flags[split] and split not in splits:
+            raise HfEntmaxValueError(f"{flag} needs {split} data: give {files}")
+    run = {split: split in splits if flag is None else flag for split, flag in flags.items()}
+    return Stages(train=run["train"], evaluate=run["validation"], predict=run["test"])
 
 
 def load_tokenizer(
-    model_args: ModelArguments, train_split: datasets.Dataset, source_lang: str, target_lang: str, output_dir: Path
-) -> PreTrainedTokenizerBase:
-    """The named tokenizer, the model's own, one saved by an earlier run in ``output_dir``, or a new one."""
-    name = model_args.tokenizer_name or model_args.model_name_or_path
-    if name is not None:
-        return AutoTokenizer.from_pretrained(name)
+    model_args: ModelArguments,
+    train_split: datasets.Dataset | None,
+    source_lang: str,
+    target_lang: str,
+    output_dir: Path,
+) -> tuple[PreTrainedTokenizerBase, str]:
+    """The named tokenizer, the model's own, one saved by an earlier run in ``output_dir``, or a new one, with a
+    description for the summary."""
+    if model_args.tokenizer_name is not None:
+        return AutoTokenizer.from_pretrained(model_args.tokenizer_name), model_args.tokenizer_name
+    if model_args.model_name_or_path is not None:
+        return AutoTokenizer.from_pretrained(model_args.model_name_or_path), "the base model's tokenizer"
     if (output_dir / "tokenizer.json").exists():
         # A resumed (or repeated) run keeps the vocabulary its checkpoints were trained with.
         logger.warning(f"using the tokenizer already in {output_dir} (delete tokenizer.json there to train a new one)")
-        return AutoTokenizer.from_pretrained(output_dir)
+        tokenizer = AutoTokenizer.from_pretrained(output_dir)
+        return tokenizer, f"a joint SentencePiece unigram tokenizer ({len(tokenizer):,} pieces) trained on the data"
+    if train_split is None:
+        raise HfEntmaxValueError("a fresh model needs training data to train its tokenizer on (or --tokenizer_name)")
     texts = (text for pair in train_split["translation"] for text in (pair[source_lang], pair[target_lang]))
     tokenizer = train_joint_tokenizer(texts, vocab_size=model_args.vocab_size)
     tokenizer.save_pretrained(output_dir)
-    return tokenizer
-
-
-def load_model(
-    model_args: ModelArguments, tokenizer: PreTrainedTokenizerBase, max_length: int
-) -> AdaptiveEntmaxMarianMTModel:
-    """A fresh model of ``--model_size``, or one started from ``--model_name_or_path``."""
-    if model_args.model_name_or_path is None:
-        config = build_config(
-            **preset_config_kwargs(model_args.model_size),
-            **model_args.alpha_config(),
-            vocab_size=len(tokenizer),
-            max_position_embeddings=max(512, max_length),
-            dropout=model_args.dropout,
-            attention_dropout=model_args.dropout,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=tokenizer.pad_token_id,
-            forced_eos_token_id=tokenizer.eos_token_id,
-            scale_embedding=True,
-        )
-        return AdaptiveEntmaxMarianMTModel(config)
-
-    source_config = AutoConfig.from_pretrained(model_args.model_name_or_path)
-    if source_config.model_type == AdaptiveEntmaxMarianConfig.model_type:
-        return AdaptiveEntmaxMarianMTModel.from_pretrained(model_args.model_name_or_path)
-    if source_config.model_type != "marian":
-        raise HfEntmaxValueError(
-            f"--model_name_or_path {model_args.model_name_or_path!r} is a {source_config.model_type!r} model; "
-            "hf-entmax trains AdaptiveEntmaxMarian models and starts from their own or Marian checkpoints"
-        )
-    # A Marian checkpoint: same modules and weights, its attention becomes α-entmax (α logits start from the config).
-    marian_fields = {
-        key: value
-        for key, value in source_config.to_dict().items()
-        if key in AdaptiveEntmaxMarianConfig.__dataclass_fields__
-    }
-    config = build_config(**{**marian_fields, **model_args.alpha_config()})
-    return AdaptiveEntmaxMarianMTModel.from_pretrained(model_args.model_name_or_path, config=config)
+    return tokenizer, f"a joint SentencePiece unigram tokenizer ({len(tokenizer):,} pieces) trained on the data"
 
 
 def tokenize_splits(
@@ -106,31 +118,44 @@ def tokenize_splits(
     target_lang: str,
     training_args: Seq2SeqTrainingArguments,
 ) -> datasets.DatasetDict:
-    """``input_ids``/``attention_mask`` from the source and ``labels`` from the target, truncated."""
+    """``input_ids``/``attention_mask`` from the (prefixed) source and ``labels`` from the target, truncated (the
+    validation and test targets at ``--val_max_target_length``), padded only with ``--pad_to_max_length``."""
+    padding = "max_length" if data_args.pad_to_max_length else False
+    prefix = data_args.source_prefix or ""
 
-    def tokenize(batch):
-        sources = [pair[source_lang] for pair in batch["translation"]]
-        targets = [pair[target_lang] for pair in batch["translation"]]
-        features = tokenizer(sources, max_length=data_args.max_source_length, truncation=True)
-        features["labels"] = tokenizer(text_target=targets, max_length=data_args.max_target_length, truncation=True)[
-            "input_ids"
-        ]
-        return features
+    def tokenizer_for(max_target_length: int):
+        def tokenize(batch):
+            sources = [prefix + pair[source_lang] for pair in batch["translation"]]
+            targets = [pair[target_lang] for pair in batch["translation"]]
+            features = tokenizer(sources, max_length=data_args.max_source_length, padding=padding, truncation=True)
+            labels = tokenizer(text_target=targets, max_length=max_target_length, padding=padding, truncation=True)
+            features["labels"] = labels["input_ids"]
+            if padding and data_args.ignore_pad_token_for_loss:
+                # Padding the labels to a fixed length adds pad tokens, which must not count in the loss.
+                features["labels"] = [
+                    [token if token != tokenizer.pad_token_id else -100 for token in label]
+                    for label in labels["input_ids"]
+                ]
+            return features
+
+        return tokenize
 
     limits = {
-        "train": data_args.max_train_samples,
-        "validation": data_args.max_eval_samples,
-        "test": data_args.max_predict_samples,
+        "train": (data_args.max_train_samples, data_args.max_target_length),
+        "validation": (data_args.max_eval_samples, data_args.val_max_target_length),
+        "test": (data_args.max_predict_samples, data_args.val_max_target_length),
     }
     tokenized = {}
     with training_args.main_process_first(desc="tokenizing"):
         for split_name, split in raw.items():
-            split = limit_samples(split, limits.get(split_name))
+            max_samples, max_target_length = limits.get(split_name, (None, data_args.max_target_length))
+            split = limit_samples(split, max_samples)
             tokenized[split_name] = split.map(
-                tokenize,
+                tokenizer_for(max_target_length),
                 batched=True,
                 remove_columns=split.column_names,
                 num_proc=data_args.preprocessing_num_workers,
+                load_from_cache_file=not data_args.overwrite_cache,
                 desc=f"Tokenizing {split_name}",
             )
     return datasets.DatasetDict(tokenized)
@@ -139,27 +164,6 @@ def tokenize_splits(
 def mean_tokens_per_example(split: datasets.Dataset) -> float:
     total = sum(len(ids) for ids in split["input_ids"]) + sum(len(ids) for ids in split["labels"])
     return round(total / len(split), 2)
-
-
-def alpha_history(log_history: list[dict]) -> list[dict]:
-    """α per head at every logged training step, from the trainer's log history.
-
-    Returns:
-        ``[{"step": s, "encoder_self": [[α per head] per layer], "decoder_self": …, "cross": …}, …]``.
-    """
-    history = []
-    for entry in log_history:
-        per_type: dict[str, dict[int, dict[int, float]]] = {}
-        for key, value in entry.items():
-            if match := _ALPHA_LOG_KEY.fullmatch(key):
-                kind, layer, head = match.group(1), int(match.group(2)), int(match.group(3))
-                per_type.setdefault(kind, {}).setdefault(layer, {})[head] = value
-        if per_type:
-            record = {"step": entry["step"]}
-            for kind, layers in per_type.items():
-                record[kind] = [[layers[layer][head] for head in sorted(layers[layer])] for layer in sorted(layers)]
-            history.append(record)
-    return history
 
 
 def last_complete_checkpoint(output_dir: Path) -> Path | None:
@@ -198,8 +202,82 @@ def resolve_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | None:
     return str(requested)
 
 
+def generation_settings(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> tuple[int, int]:
+    """Beams and length limit of evaluation: ``--num_beams`` (run_translation's name) or ``--generation_num_beams``,
+    ``--generation_max_length`` or ``--val_max_target_length``.
+
+    Raises:
+        HfEntmaxValueError: if ``--num_beams`` and ``--generation_num_beams`` disagree.
+    """
+    beams = {data_args.num_beams, training_args.generation_num_beams} - {None}
+    if len(beams) > 1:
+        raise HfEntmaxValueError(
+            f"--num_beams {data_args.num_beams} and --generation_num_beams {training_args.generation_num_beams} "
+            "disagree; give one of them"
+        )
+    num_beams = beams.pop() if beams else DEFAULT_NUM_BEAMS
+    max_length = training_args.generation_max_length or data_args.val_max_target_length
+    return num_beams, max_length
+
+
+def describe_recipe(
+    model_args: ModelArguments, training_args: Seq2SeqTrainingArguments, alpha_learning_rate: float
+) -> str:
+    """The optimiser settings the run trains with, in one line."""
+    warmup = training_args.warmup_steps
+    warmup_text = f"{warmup:.0%} of the steps" if 0 < warmup < 1 else f"{int(warmup)} steps"
+    return (
+        f"Recipe {model_args.recipe} (flags given win): learning rate {training_args.learning_rate:g}, "
+        f"{plain(training_args.lr_scheduler_type)} schedule, warm-up {warmup_text}, {plain(training_args.optim)} "
+        f"betas ({training_args.adam_beta1:g}, {training_args.adam_beta2:g}), weight decay "
+        f"{training_args.weight_decay:g}, gradient clipping {training_args.max_grad_norm:g}, α learning rate "
+        f"{alpha_learning_rate:g}"
+    )
+
+
+def hyperparameters(
+    model_args: ModelArguments,
+    training_args: Seq2SeqTrainingArguments,
+    trainer: AdaptiveEntmaxTrainer,
+    num_beams: int,
+) -> dict:
+    """The settings that shaped training, as plain values; only the one of max_steps and epochs that governed."""
+    model_config = trainer.model.config
+    values = {
+        "learning_rate": training_args.learning_rate,
+        "alpha_learning_rate": trainer.effective_alpha_learning_rate,
+        "lr_scheduler_type": plain(training_args.lr_scheduler_type),
+        "warmup_steps": training_args.warmup_steps,
+        "optimizer": f"{plain(training_args.optim)} (betas=({training_args.adam_beta1:g}, "
+        f"{training_args.adam_beta2:g}), epsilon={training_args.adam_epsilon:g})",
+        "weight_decay": training_args.weight_decay,
+        "max_grad_norm": training_args.max_grad_norm,
+        "label_smoothing_factor": training_args.label_smoothing_factor,
+        "dropout": model_config.dropout,
+        "attention_dropout": model_config.attention_dropout,
+        "per_device_train_batch_size": training_args.per_device_train_batch_size,
+        "gradient_accumulation_steps": training_args.gradient_accumulation_steps,
+        "total_train_batch_size": training_args.per_device_train_batch_size
+        * training_args.gradient_accumulation_steps
+        * training_args.world_size,
+    }
+    if training_args.max_steps > 0:
+        values["max_steps"] = training_args.max_steps
+    else:
+        values["num_train_epochs"] = training_args.num_train_epochs
+    values.update(generation_num_beams=num_beams, seed=training_args.seed)
+    return values
+
+
+def write_predictions(path: Path, predictions: np.ndarray, tokenizer: PreTrainedTokenizerBase) -> None:
+    """The test split's translations, one a line, as run_translation.py writes ``generated_predictions.txt``."""
+    predictions = np.where(predictions < 0, tokenizer.pad_token_id, predictions)  # -100 marks padding
+    texts = tokenizer.batch_decode(predictions, skip_special_tokens=True, clean_up_tokenization_spaces=True)
+    path.write_text("".join(" ".join(text.split()) + "\n" for text in texts), encoding="utf-8")
+
+
 def train(model_args: ModelArguments, data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> dict:
-    """Train, evaluate and save; returns the training summary (also written to ``training_summary.json``).
+    """Train, evaluate and predict as the stages ask; returns the run's summary (also in ``training_summary.json``).
 
     The output folder loads with ``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``
     and ``pipeline("translation", model=folder, trust_remote_code=True)``, also without hf_entmax.
@@ -211,83 +289,128 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
     checkpoint = resolve_checkpoint(training_args)
 
     raw, source_lang, target_lang = load_parallel_data(data_args)
-    if "train" not in raw:
-        raise HfEntmaxValueError("no training data: give --train_file or --train_source_file/--train_target_file")
-    if training_args.eval_strategy != "no" and "validation" not in raw:
+    stages = choose_stages(training_args, raw)
+    start = read_starting_point(model_args.model_name_or_path)
+    if not stages.train and start.kind == "fresh":
         raise HfEntmaxValueError(
-            f"--eval_strategy {training_args.eval_strategy} needs validation data: give --validation_file "
+            "nothing to evaluate: without training (--do_train False) give the model with --model_name_or_path"
+        )
+    if stages.train and training_args.eval_strategy != "no" and "validation" not in raw:
+        raise HfEntmaxValueError(
+            f"--eval_strategy {plain(training_args.eval_strategy)} needs validation data: give --validation_file "
             "(or --validation_source_file/--validation_target_file)"
         )
+    num_beams, max_length = generation_settings(data_args, training_args)
 
     with training_args.main_process_first(desc="tokenizer"):
-        tokenizer = load_tokenizer(model_args, raw["train"], source_lang, target_lang, output_dir)
-    max_length = max(data_args.max_source_length, data_args.max_target_length)
-    model = load_model(model_args, tokenizer, max_length)
-    num_beams = training_args.generation_num_beams or 4
+        tokenizer, tokenizer_description = load_tokenizer(
+            model_args, raw.get("train"), source_lang, target_lang, output_dir
+        )
+    model = load_model(
+        model_args, tokenizer, max(data_args.max_source_length, data_args.max_target_length), start=start
+    )
     model.generation_config.num_beams = num_beams
-    model.generation_config.max_length = data_args.max_target_length
+    model.generation_config.max_length = max_length
 
     tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args)
-    # BLEU needs generated text: evaluation always generates (with the model's beam size and length limit).
+    # BLEU needs generated text: evaluation always generates (with the run's beam size and length limit).
     training_args.predict_with_generate = True
+    training_args.generation_num_beams = num_beams
+    training_args.generation_max_length = max_length
     trainer = AdaptiveEntmaxTrainer(
         model=model,
         args=training_args,
-        train_dataset=tokenized["train"],
+        train_dataset=tokenized.get("train") if stages.train else None,
         eval_dataset=tokenized.get("validation"),
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, pad_to_multiple_of=None),
+        data_collator=DataCollatorForSeq2Seq(
+            tokenizer,
+            model=model,
+            label_pad_token_id=-100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id,
+        ),
         processing_class=tokenizer,
         compute_metrics=translation_metrics(tokenizer),
         alpha_learning_rate=model_args.alpha_learning_rate,
     )
+    given_alpha = model_args.alpha_options_given()
+    if trainer.is_world_process_zero():
+        if stages.train:
+            print(describe_recipe(model_args, training_args, trainer.effective_alpha_learning_rate))
+        print("α per attention type:")
+        for line in describe_alpha(model, start, given_alpha):
+            print(f"  {line}")
 
-    train_result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(str(output_dir))
-    metrics = {
-        f"train_{key}" if not key.startswith("train_") else key: value for key, value in train_result.metrics.items()
-    }
-    for split_name, prefix in (("validation", "eval"), ("test", "test")):
-        if split_name in tokenized:
-            metrics.update(trainer.evaluate(tokenized[split_name], metric_key_prefix=prefix, num_beams=num_beams))
+    metrics = {}
+    if stages.train:
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model(str(output_dir))
+        train_metrics = dict(train_result.metrics, train_samples=len(tokenized["train"]))
+        trainer.log_metrics("train", train_metrics)
+        trainer.save_metrics("train", train_metrics)
+        trainer.save_state()
+        metrics.update(
+            {key if key.startswith("train_") else f"train_{key}": value for key, value in train_metrics.items()}
+        )
+    if stages.evaluate:
+        eval_metrics = trainer.evaluate(metric_key_prefix="eval", num_beams=num_beams, max_length=max_length)
+        eval_metrics["eval_samples"] = len(tokenized["validation"])
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)
+        metrics.update(eval_metrics)
+    if stages.predict:
+        prediction = trainer.predict(
+            tokenized["test"], metric_key_prefix="test", num_beams=num_beams, max_length=max_length
+        )
+        test_metrics = dict(prediction.metrics, test_samples=len(tokenized["test"]))
+        trainer.log_metrics("test", test_metrics)
+        trainer.save_metrics("test", test_metrics)
+        metrics.update(test_metrics)
+        if trainer.is_world_process_zero():
+            write_predictions(output_dir / PREDICTIONS_FILE, prediction.predictions, tokenizer)
 
     summary = {
+        "model_name": output_dir.resolve().name,
         "source_lang": source_lang,
         "target_lang": target_lang,
         "data": "built-in synthetic pair"
         if data_args.uses_synthetic_data()
         else data_args.dataset_name or data_args.local_files(),
+        "dataset_config_name": data_args.dataset_config_name,
         "num_examples": {split_name: len(split) for split_name, split in tokenized.items()},
         # Source plus target tokens of an average training pair: turns examples/s into tokens/s.
-        "mean_tokens_per_example": mean_tokens_per_example(tokenized["train"]),
+        "mean_tokens_per_example": mean_tokens_per_example(tokenized["train"]) if "train" in tokenized else None,
         "base_model": model_args.model_name_or_path,
-        "model_size": None if model_args.model_name_or_path else model_args.model_size,
+        "base_model_type": None if start.kind == "fresh" else start.kind,
+        "model_size": model_args.model_size if start.kind == "fresh" else None,
         "num_parameters": model.num_parameters(),
         "global_step": trainer.state.global_step,
         "world_size": training_args.world_size,
+        "did_train": stages.train,
         "metrics": {
             key: value for key, value in metrics.items() if isinstance(value, (int, float)) and math.isfinite(value)
         },
         "sacrebleu_signatures": sacrebleu_signatures(),
         "alphas": {kind: alphas.tolist() for kind, alphas in model.get_alphas().items()},
-        "hyperparameters": {
-            "learning_rate": training_args.learning_rate,
-            "alpha_learning_rate": trainer.effective_alpha_learning_rate,
-            "per_device_train_batch_size": training_args.per_device_train_batch_size,
-            "max_steps": training_args.max_steps,
-            "num_train_epochs": training_args.num_train_epochs,
-            "warmup_steps": training_args.warmup_steps,
-            "lr_scheduler_type": str(training_args.lr_scheduler_type),
-            "weight_decay": training_args.weight_decay,
-            "generation_num_beams": num_beams,
-            "seed": training_args.seed,
+        "alpha_settings": {
+            kind: vars(model.config.alpha_settings(kind)) for kind in ("encoder_self", "decoder_self", "cross")
         },
+        "recipe": model_args.recipe,
+        "hyperparameters": hyperparameters(model_args, training_args, trainer, num_beams),
+        "evaluations": evaluations(trainer.state.log_history),
+        "tokenizer": tokenizer_description,
+        "preprocessing": {
+            "max_source_length": data_args.max_source_length,
+            "max_target_length": data_args.max_target_length,
+            "val_max_target_length": data_args.val_max_target_length,
+            "source_prefix": data_args.source_prefix,
+        },
+        "framework_versions": framework_versions(),
     }
     if trainer.is_world_process_zero():
         (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-        history = alpha_history(trainer.state.log_history)
-        (output_dir / ALPHA_HISTORY_FILE).write_text(json.dumps(history) + "\n")
-        render_model_card(model, ModelCardInfo.from_training_summary(summary)).save(output_dir / "README.md")
-        # Trainer pickles its arguments next to the model; the folder is meant for the Hub, which should get
-        # safetensors and JSON only (each checkpoint-* keeps its copy, training_summary.json the values).
-        (output_dir / "training_args.bin").unlink(missing_ok=True)
+        if stages.train:
+            (output_dir / ALPHA_HISTORY_FILE).write_text(json.dumps(alpha_history(trainer.state.log_history)) + "\n")
+            render_model_card(model, ModelCardInfo.from_training_summary(summary)).save(output_dir / "README.md")
+            # Trainer pickles its arguments next to the model; the folder is meant for the Hub, which should get
+            # safetensors and JSON only (each checkpoint-* keeps its copy, training_summary.json the values).
+            (output_dir / "training_args.bin").unlink(missing_ok=True)
     return summary

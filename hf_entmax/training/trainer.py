@@ -69,7 +69,9 @@ class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
 
     @property
     def effective_alpha_learning_rate(self) -> float:
-        return self.alpha_learning_rate or DEFAULT_ALPHA_LEARNING_RATE_FACTOR * self.args.learning_rate
+        if self.alpha_learning_rate is not None:  # 0 is a rate (α frozen), not "use the default"
+            return self.alpha_learning_rate
+        return DEFAULT_ALPHA_LEARNING_RATE_FACTOR * self.args.learning_rate
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         if self.optimizer is not None:

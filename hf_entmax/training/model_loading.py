@@ -1,0 +1,243 @@
+"""The model a training run starts from, and the α settings it trains with.
+
+A run starts from one of three places, and the α flags (`AlphaOptions`, given or not) resolve differently for each:
+
+- **fresh** (no ``--model_name_or_path``): a model of ``--model_size``; flags not given take the config's defaults.
+- **MarianMT** checkpoint (folder or Hub id): its weights, with every softmax head turned into an α-entmax head; flags
+  not given make α learned from 1.1 (`MARIAN_START_ALPHA`), near the softmax the weights were trained with.
+- **AdaptiveEntmaxMarian** checkpoint: flags not given keep the checkpoint's settings, and a learned α resumes from
+  its values; a flag given overrides them (``--alpha_init`` restarts a learned α from that value, and a global flag
+  replaces the checkpoint's per-attention-type values of the same option).
+"""
+
+import json
+import logging
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoConfig, PreTrainedConfig, PreTrainedTokenizerBase
+
+from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..modeling.configuration_adaptive_entmax_marian import (
+    ATTENTION_TYPES,
+    AdaptiveEntmaxMarianConfig,
+    AlphaOptions,
+)
+from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention, AdaptiveEntmaxMarianMTModel
+from .arguments import ModelArguments
+from .presets import build_config, preset_config_kwargs
+
+
+logger = logging.getLogger(__name__)
+
+ALPHA_OPTION_NAMES = tuple(option.name for option in fields(AlphaOptions))
+# A MarianMT checkpoint's heads were trained as softmax: they start as learned α-entmax heads close to it.
+MARIAN_START_ALPHA = {"alpha_init": 1.1, "learn_alpha": True}
+FRESH_MODEL_DROPOUT = 0.1  # residual and attention dropout, unless --dropout is given
+ATTENTION_LABELS = {
+    "encoder_self": "encoder self-attention",
+    "decoder_self": "decoder self-attention",
+    "cross": "cross-attention",
+}
+
+
+@dataclass
+class StartingPoint:
+    """Where a run starts: ``kind`` is "fresh", "marian" or "adaptive_entmax_marian"; ``config`` the checkpoint's."""
+
+    kind: str
+    name: str | None = None
+    config: PreTrainedConfig | None = None
+
+
+def read_starting_point(model_name_or_path: str | None) -> StartingPoint:
+    """Read the config of ``--model_name_or_path`` (a folder, or a Hub id from the cache or the Hub).
+
+    Raises:
+        HfEntmaxFileNotFoundError: a local path that does not exist or holds no config.json.
+        HfEntmaxValueError: an unreadable config.json, or a model that is neither Marian nor AdaptiveEntmaxMarian.
+        HfEntmaxError: a Hub id that cannot be fetched (offline, unknown).
+    """
+    if model_name_or_path is None:
+        return StartingPoint("fresh")
+    flag = f"--model_name_or_path {model_name_or_path}"
+    path = Path(model_name_or_path).expanduser()
+    if path.is_dir():
+        config_path = path / "config.json"
+        if not config_path.is_file():
+            raise HfEntmaxFileNotFoundError(f"{flag}: the folder has no config.json (not a model folder)")
+        try:
+            config_dict = json.loads(config_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise HfEntmaxValueError(f"{flag}: {config_path} is not valid JSON ({error})") from None
+        model_type = config_dict.get("model_type") if isinstance(config_dict, dict) else None
+    elif path.exists() or model_name_or_path.startswith((".", "~", "/")) or model_name_or_path.count("/") > 1:
+        raise HfEntmaxFileNotFoundError(f"{flag}: no such folder (give a model folder or a Hub id such as org/name)")
+    else:
+        model_type = None
+    if model_type not in (None, "marian", AdaptiveEntmaxMarianConfig.model_type):
+        raise HfEntmaxValueError(
+            f"{flag} is a {model_type!r} model; hf-entmax trains AdaptiveEntmaxMarian models and starts from their "
+            "own or MarianMT checkpoints"
+        )
+    try:
+        config = (
+            AdaptiveEntmaxMarianConfig.from_pretrained(model_name_or_path)
+            if model_type == AdaptiveEntmaxMarianConfig.model_type
+            else AutoConfig.from_pretrained(model_name_or_path)
+        )
+    except (OSError, ValueError) as error:
+        reason = " ".join(str(error).split())[:300]
+        raise HfEntmaxError(f"{flag}: could not load its config ({reason})") from None
+    if config.model_type not in ("marian", AdaptiveEntmaxMarianConfig.model_type):
+        raise HfEntmaxValueError(
+            f"{flag} is a {config.model_type!r} model; hf-entmax trains AdaptiveEntmaxMarian models and starts from "
+            "their own or MarianMT checkpoints"
+        )
+    kind = "marian" if config.model_type == "marian" else "adaptive_entmax_marian"
+    return StartingPoint(kind, model_name_or_path, config)
+
+
+def resolve_alpha_options(start: StartingPoint, given: dict[str, object]) -> dict[str, object]:
+    """The α fields of the model to train: the flags given over the starting point's settings.
+
+    Raises:
+        HfEntmaxValueError: a change the flags ask for that would silently lose or invent α values (fixing an α that
+            was learned per head without saying at which value; learning an α whose fixed value lies below
+            ``alpha_min`` without saying where to start).
+    """
+    if start.kind == "fresh":
+        return dict(given)
+    if start.kind == "marian":
+        return {**MARIAN_START_ALPHA, **given}
+    options = {name: getattr(start.config, name) for name in ALPHA_OPTION_NAMES}
+    for name, value in given.items():
+        options[name] = value
+        if name in ("alpha_init", "learn_alpha"):
+            # `--alpha_init 1.2` means every head: the checkpoint's per-type values of the option give way to it.
+            for kind in ATTENTION_TYPES:
+                options[f"{kind}_{name}"] = given.get(f"{kind}_{name}")
+    resolved = AlphaOptions(**options)
+    for kind in ATTENTION_TYPES:
+        before, after = start.config.alpha_settings(kind), resolved.alpha_settings(kind)
+        init_given = "alpha_init" in given or f"{kind}_alpha_init" in given
+        if before.learn and not after.learn and not init_given:
+            raise HfEntmaxValueError(
+                f"--learn_alpha False: α of {ATTENTION_LABELS[kind]} was learned per head in {start.name}; give "
+                "--alpha_init (one α for every head) to fix it"
+            )
+        if not before.learn and after.learn and not init_given and after.init != "random":
+            if not after.minimum <= float(after.init) <= after.maximum:
+                raise HfEntmaxValueError(
+                    f"--learn_alpha True: α of {ATTENTION_LABELS[kind]} is fixed at {after.init} in {start.name}, "
+                    f"outside [alpha_min, alpha_max] = [{after.minimum}, {after.maximum}] where a learned α lives; "
+                    "give --alpha_init (e.g. 1.1) to say where it starts"
+                )
+    return options
+
+
+def load_model(
+    model_args: ModelArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    start: StartingPoint | None = None,
+) -> AdaptiveEntmaxMarianMTModel:
+    """A fresh model of ``--model_size``, or one started from ``--model_name_or_path``, with the α settings resolved
+    by `resolve_alpha_options` (the run prints them with `describe_alpha`).
+
+    ``start`` is `read_starting_point(model_args.model_name_or_path)`, read here when not given.
+    """
+    start = start or read_starting_point(model_args.model_name_or_path)
+    given = model_args.alpha_options_given()
+    options = resolve_alpha_options(start, given)
+    dropout = (
+        {} if model_args.dropout is None else {"dropout": model_args.dropout, "attention_dropout": model_args.dropout}
+    )
+
+    if start.kind == "fresh":
+        config = build_config(
+            **preset_config_kwargs(model_args.model_size),
+            **options,
+            vocab_size=len(tokenizer),
+            max_position_embeddings=max(512, max_length),
+            **({"dropout": FRESH_MODEL_DROPOUT, "attention_dropout": FRESH_MODEL_DROPOUT} | dropout),
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id,
+            forced_eos_token_id=tokenizer.eos_token_id,
+            scale_embedding=True,
+        )
+        return AdaptiveEntmaxMarianMTModel(config)
+
+    # The checkpoint's architecture fields (Marian's are a subset of ours), with the resolved α and dropout on top.
+    architecture = {
+        key: value
+        for key, value in start.config.to_dict().items()
+        if key in AdaptiveEntmaxMarianConfig.__dataclass_fields__ and key not in ALPHA_OPTION_NAMES
+    }
+    config = build_config(**architecture, **options, **dropout)
+    # transformers reports every missing key; new α logits are expected (initialised from the config), anything
+    # else is a checkpoint that does not fit, said here in one line instead.
+    verbosity = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        model, loading = AdaptiveEntmaxMarianMTModel.from_pretrained(
+            model_args.model_name_or_path, config=config, output_loading_info=True
+        )
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    missing = [key for key in loading["missing_keys"] if not key.endswith("alpha_logits")]
+    problems = {"missing": missing, "unexpected": loading["unexpected_keys"], "mismatched": loading["mismatched_keys"]}
+    if any(problems.values()):
+        listed = "; ".join(f"{what}: {', '.join(map(str, keys[:4]))}" for what, keys in problems.items() if keys)
+        raise HfEntmaxValueError(
+            f"--model_name_or_path {model_args.model_name_or_path}: its weights do not fit ({listed})"
+        )
+    if start.kind == "adaptive_entmax_marian":
+        # Logits of a type whose α the user restarts were loaded from the checkpoint: set them to the new start.
+        restarted = {kind for kind in ATTENTION_TYPES if "alpha_init" in given or f"{kind}_alpha_init" in given}
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, AdaptiveEntmaxMarianAttention) and module.attention_type in restarted:
+                    module.reset_alpha_logits()
+    return model
+
+
+def describe_alpha(model: AdaptiveEntmaxMarianMTModel, start: StartingPoint, given: dict[str, object]) -> list[str]:
+    """One line per attention type: how α is chosen in this run, and where the setting comes from."""
+    default_source = {"fresh": "default", "marian": "MarianMT start", "adaptive_entmax_marian": "checkpoint's"}
+    alphas = model.get_alphas()
+    lines = []
+    for kind in ATTENTION_TYPES:
+        settings = model.config.alpha_settings(kind)
+        flags = ("alpha_init", f"{kind}_alpha_init", "learn_alpha", f"{kind}_learn_alpha")
+        source = "given" if any(name in given for name in flags) else default_source[start.kind]
+        label = f"{ATTENTION_LABELS[kind] + ':':<24}"
+        if not settings.learn:
+            meaning = {1.0: " (softmax)", 1.5: " (1.5-entmax)", 2.0: " (sparsemax)"}.get(float(settings.init), "")
+            lines.append(f"{label}α fixed at {float(settings.init):g}{meaning} ({source})")
+            continue
+        resumed = start.kind == "adaptive_entmax_marian" and start.config.alpha_settings(kind).learn
+        resumed = resumed and not any(name in given for name in ("alpha_init", f"{kind}_alpha_init"))
+        if resumed:
+            how = "resumed from the checkpoint"
+        elif settings.init == "random":
+            how = "from a random start"
+        else:
+            how = f"from {float(settings.init):g}"
+        values = alphas[kind]
+        lines.append(
+            f"{label}α learned per head, {how} ({source}; now {values.min():.2f}–{values.max():.2f}), "
+            f"bounds [{settings.minimum:g}, {settings.maximum:g}]"
+        )
+    if all(
+        not model.config.alpha_settings(kind).learn and float(model.config.alpha_settings(kind).init) == 1.0
+        for kind in ATTENTION_TYPES
+    ):
+        lines.append(
+            "Every head is softmax (α = 1, fixed): this run trains a softmax model. Give --learn_alpha True "
+            "--alpha_init 1.1 to learn α per head."
+        )
+    return lines

@@ -1,0 +1,82 @@
+"""What a training run records next to the model: the summary, α over training, the evaluations, the versions.
+
+`training_summary.json` is what `hf-entmax export` and the model card read; `alpha_history.json` is what
+`hf-entmax analyze` plots. Trainer's own files (``train_results.json``, ``eval_results.json``, ``test_results.json``,
+``all_results.json``, ``trainer_state.json``) and ``generated_predictions.txt`` are written as transformers'
+translation example writes them.
+"""
+
+import importlib.metadata
+import re
+from enum import Enum
+
+
+SUMMARY_FILE = "training_summary.json"
+ALPHA_HISTORY_FILE = "alpha_history.json"
+PREDICTIONS_FILE = "generated_predictions.txt"
+_ALPHA_LOG_KEY = re.compile(r"alpha/(\w+)/layer_(\d+)/head_(\d+)")
+_VERSIONED_PACKAGES = ("hf_entmax", "transformers", "torch", "datasets", "tokenizers", "sacrebleu")
+
+
+def alpha_history(log_history: list[dict]) -> list[dict]:
+    """α per head at every logged training step, from the trainer's log history.
+
+    Returns:
+        ``[{"step": s, "encoder_self": [[α per head] per layer], "decoder_self": …, "cross": …}, …]``.
+    """
+    history = []
+    for entry in log_history:
+        per_type: dict[str, dict[int, dict[int, float]]] = {}
+        for key, value in entry.items():
+            if match := _ALPHA_LOG_KEY.fullmatch(key):
+                kind, layer, head = match.group(1), int(match.group(2)), int(match.group(3))
+                per_type.setdefault(kind, {}).setdefault(layer, {})[head] = value
+        if per_type:
+            record = {"step": entry["step"]}
+            for kind, layers in per_type.items():
+                record[kind] = [[layers[layer][head] for head in sorted(layers[layer])] for layer in sorted(layers)]
+            history.append(record)
+    return history
+
+
+def evaluations(log_history: list[dict]) -> list[dict]:
+    """One row per evaluation during training: step, epoch, the last training loss before it, validation loss,
+    BLEU and chrF (as the tables of Trainer's own model cards)."""
+    rows, training_loss = [], None
+    for entry in log_history:
+        if "loss" in entry:
+            training_loss = entry["loss"]
+        if "eval_loss" in entry or "eval_bleu" in entry:
+            rows.append(
+                {
+                    "step": entry.get("step"),
+                    "epoch": entry.get("epoch"),
+                    "training_loss": training_loss,
+                    "validation_loss": entry.get("eval_loss"),
+                    "bleu": entry.get("eval_bleu"),
+                    "chrf": entry.get("eval_chrf"),
+                }
+            )
+    return rows
+
+
+def framework_versions() -> dict[str, str]:
+    """Installed versions of the packages a run depends on, for the summary and the model card."""
+    versions = {}
+    for package in _VERSIONED_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def plain(value: object) -> object:
+    """A JSON value as people write it: enums by their value (``"linear"``, not ``SchedulerType.LINEAR``)."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return value
