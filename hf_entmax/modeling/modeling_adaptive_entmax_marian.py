@@ -166,6 +166,19 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         else:
             self.register_parameter("alpha_logits", None)
 
+    def initial_alpha_logits(self) -> torch.Tensor:
+        """Fresh ``(num_heads,)`` α logits for the configured start: the paper's N(0, 1) for ``"random"`` (α = 1 +
+        sigmoid has mean 1.5), else the logit of ``alpha_init`` in every head."""
+        if self.alpha_settings.init == "random":
+            return torch.randn(self.num_heads)
+        return torch.full((self.num_heads,), alpha_to_logit(float(self.alpha_settings.init)))
+
+    @torch.no_grad()
+    def reset_alpha_logits(self) -> None:
+        """Restart a learned α from the config's ``alpha_init``, overwriting the current (e.g. loaded) logits."""
+        if self.alpha_logits is not None:
+            self.alpha_logits.copy_(self.initial_alpha_logits())
+
     def alpha(self) -> torch.Tensor | float:
         """α per head: a ``(num_heads,)`` tensor for a learned α, the configured float for a fixed one."""
         if self.alpha_logits is None:
@@ -236,11 +249,8 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, AdaptiveEntmaxMarianAttention) and module.alpha_logits is not None:
-            if module.alpha_settings.init == "random":
-                # The paper's initialisation: standard normal logits, so α = 1 + sigmoid has mean 1.5.
-                init.normal_(module.alpha_logits, mean=0.0, std=1.0)
-            else:
-                init.constant_(module.alpha_logits, alpha_to_logit(module.alpha_settings.init))
+            # `init.copy_` leaves logits that were loaded from a checkpoint alone.
+            init.copy_(module.alpha_logits, module.initial_alpha_logits())
 
     def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
         # α-entmax is the model: whatever a caller asks for, attention goes through it.
