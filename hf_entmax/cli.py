@@ -4,7 +4,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .commands import analyze, convert, demo, export, push, train
+from .commands import analyze, convert, demo, export, push, train, translate
 from .errors import HfEntmaxError
 
 
@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "export": export,
     "push": push,
     "analyze": analyze,
+    "translate": translate,
 }
 
 

@@ -1,0 +1,368 @@
+"""`hf-entmax translate`: translate a text file, one sentence a line, with an AdaptiveEntmaxMarian or Marian model.
+
+Line N of the output translates line N of the input; empty input lines stay empty. Sentences are sorted by token
+length and batched (little padding), and the translations put back in input order. `--reference` scores them with
+sacreBLEU (BLEU and chrF, with their signatures) against line-aligned references.
+
+Input longer than the model accepts is truncated to its limit, with one warning listing the lines: a long document
+should not fail hours in because of one over-long line, the output stays line-aligned, and the warning says which
+lines to split.
+"""
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer, MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as transformers_logging
+
+from ..analysis.inputs import check_model_folder
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
+from ..training.data import MAX_LISTED_LINES, iter_lines
+from ..training.metrics import corpus_scores
+
+
+logger = logging.getLogger(__name__)
+
+HELP = "translate a text file line by line; with --reference, score BLEU and chrF"
+
+
+def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="An AdaptiveEntmaxMarian or Marian model folder, or the Hub id of one in the local Hugging Face cache.",
+    )
+    parser.add_argument("--input", required=True, help="Sentences to translate, one a line (UTF-8).")
+    parser.add_argument("--output", default=None, help="Write the translations here (default: standard output).")
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="Line-aligned reference translations: print sacreBLEU BLEU and chrF with their signatures (on "
+        "standard error when the translations go to standard output).",
+    )
+    parser.add_argument("--metrics_file", default=None, help="With --reference: also write the scores as JSON here.")
+    parser.add_argument(
+        "--num_beams", type=int, default=None, help="Beam size (default: the model's generation config)."
+    )
+    parser.add_argument("--batch_size", type=int, default=32, help="Sentences per generate call (default: 32).")
+    parser.add_argument(
+        "--max_new_tokens",
+        type=int,
+        default=None,
+        help="Longest translation, in tokens (default: the model's generation config).",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N.")
+    parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=True, help="Show a progress bar (on stderr)."
+    )
+
+
+def check_generation_arguments(*, num_beams: int | None, batch_size: int, max_new_tokens: int | None) -> None:
+    """Check the numbers `translate_lines` takes, before anything slow starts.
+
+    Raises:
+        HfEntmaxValueError: If one is not a positive integer (``num_beams`` and ``max_new_tokens`` may be None).
+    """
+    for name, value in (("num_beams", num_beams), ("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
+        if value is None and name != "batch_size":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise HfEntmaxValueError(f"`{name}` must be a positive integer, got {value!r}")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N`` as a device this machine has.
+
+    Raises:
+        HfEntmaxValueError: If the name is not one of those or the device is not available.
+    """
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise HfEntmaxValueError(f"--device {name!r}: expected cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise HfEntmaxValueError(f"--device {name}: CUDA is not available here; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise HfEntmaxValueError(
+                f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0"
+            )
+    return device
+
+
+def resolve_model_folder(model: str) -> Path:
+    """The folder ``model`` names, or the local Hugging Face cache's snapshot of the Hub id ``model``.
+
+    Nothing is downloaded: fetching a model is a separate, explicit step (``hf download``).
+
+    Raises:
+        HfEntmaxFileNotFoundError: If ``model`` is neither a folder nor a Hub id in the local cache.
+        HfEntmaxValueError: If ``model`` is a file.
+    """
+    folder = Path(model)
+    if folder.is_dir():
+        return folder
+    if folder.exists():
+        raise HfEntmaxValueError(f"--model {model} is a file; expected a model folder or a Hub model id")
+    try:
+        return Path(snapshot_download(model, local_files_only=True))
+    except HFValidationError:
+        raise HfEntmaxFileNotFoundError(f"--model {model}: no such folder") from None
+    except LocalEntryNotFoundError:
+        raise HfEntmaxFileNotFoundError(
+            f"--model {model}: no such folder, and no Hub model {model!r} in the local Hugging Face cache "
+            f"(this command does not download: fetch it first with `hf download {model}`)"
+        ) from None
+
+
+def load_translation_model(
+    model: str, device: str | torch.device = "cpu", *, progress: bool = True
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load an AdaptiveEntmaxMarian or Marian model (a folder, or a Hub id in the local cache) and its tokenizer.
+
+    No remote code runs: the AdaptiveEntmaxMarian class is hf_entmax's own, and the tokenizer is given the config.
+    The tokenizer loads first, so a folder without one fails before the weights load.
+
+    Args:
+        model: A model folder or a Hub model id.
+        device: Where to put the model.
+        progress: Show transformers' progress bar while the weights load.
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode on ``device``.
+
+    Raises:
+        HfEntmaxFileNotFoundError: If the folder, its config.json or the cached Hub model does not exist.
+        HfEntmaxValueError: If it holds another kind of model, no safetensors weights or no tokenizer.
+    """
+    folder = resolve_model_folder(model)
+    model_class = MarianMTModel if check_model_folder(folder, "--model") == "marian" else AdaptiveEntmaxMarianMTModel
+    config = model_class.config_class.from_pretrained(folder)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, config=config)
+    except (OSError, ValueError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise HfEntmaxValueError(f"--model {model}: could not load its tokenizer ({reason})") from None
+    hide_bar = not progress and transformers_logging.is_progress_bar_enabled()
+    if hide_bar:
+        transformers_logging.disable_progress_bar()
+    try:
+        loaded = model_class.from_pretrained(folder, config=config, use_safetensors=True)
+    finally:
+        if hide_bar:
+            transformers_logging.enable_progress_bar()
+    return loaded.to(device).eval(), tokenizer
+
+
+def source_length_limit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:
+    """The most source tokens (with ``</s>``) the model accepts: the tokenizer's and the position table's limit."""
+    limits = [tokenizer.model_max_length, getattr(model.config, "max_position_embeddings", None)]
+    return min(limit for limit in limits if limit is not None)
+
+
+def translate_lines(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    lines: Sequence[str],
+    *,
+    num_beams: int | None = None,
+    batch_size: int = 32,
+    max_new_tokens: int | None = None,
+    progress: bool = True,
+) -> list[str]:
+    """Translate sentences in batches of similar length; return one translation per line, in input order.
+
+    Empty or whitespace-only lines give ``""`` and never reach the model. A sentence longer than
+    `source_length_limit` is truncated to it, with one warning listing those lines (1-based positions in ``lines``).
+
+    Args:
+        model: An encoder–decoder with ``generate`` (AdaptiveEntmaxMarian or Marian), in eval mode.
+        tokenizer: Its tokenizer.
+        lines: The sentences, one per item, without line breaks.
+        num_beams: Beam size; None takes the model's generation config.
+        batch_size: Sentences per ``generate`` call.
+        max_new_tokens: Longest translation in tokens (``</s>`` included); None takes the generation config's
+            length limit.
+        progress: Show a progress bar over the sentences (on stderr).
+
+    Returns:
+        The translations, each a single line with no line break, ``len(lines)`` of them.
+
+    Raises:
+        HfEntmaxValueError: If a number is not a positive integer, or ``max_new_tokens`` needs more decoder
+            positions than the model has.
+    """
+    check_generation_arguments(num_beams=num_beams, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    generate_kwargs = {}
+    if num_beams is not None:
+        generate_kwargs["num_beams"] = num_beams
+    if max_new_tokens is not None:
+        # The decoder start token counts in `max_length`, so for an encoder–decoder this is exactly
+        # `max_new_tokens`, without transformers' warning about both limits when the generation config sets one.
+        generate_kwargs["max_length"] = max_new_tokens + 1
+        positions = getattr(model.config, "max_position_embeddings", None)
+        if positions is not None and max_new_tokens + 1 > positions:
+            raise HfEntmaxValueError(
+                f"`max_new_tokens` {max_new_tokens} is more than this model can generate: with the start token the "
+                f"output must fit its {positions} positions (max_position_embeddings); use at most {positions - 1}"
+            )
+
+    sentences = {index: line.strip() for index, line in enumerate(lines) if line.strip()}
+    max_source_length = source_length_limit(model, tokenizer)
+    # Counted up to one past the limit: enough to sort and to find the lines that will be truncated, without
+    # tokenizing a huge line whole (or transformers' own warning about it).
+    texts = list(sentences.values())
+    token_ids = tokenizer(texts, truncation=True, max_length=max_source_length + 1)["input_ids"] if texts else []
+    token_counts = dict(zip(sentences, map(len, token_ids), strict=True))
+    too_long = [index + 1 for index, count in token_counts.items() if count > max_source_length]
+    if too_long:
+        logger.warning(
+            f"input longer than the model's limit of {max_source_length} tokens was truncated to it on "
+            f"{len(too_long)} line(s): {_listed(too_long)}; split those lines to translate them whole"
+        )
+
+    # Longest first: a batch too large for memory fails at the start, not at the end.
+    order = sorted(sentences, key=token_counts.__getitem__, reverse=True)
+    translations = [""] * len(lines)
+    with (
+        torch.inference_mode(),
+        tqdm(total=len(order), desc="Translating", unit="sentence", disable=not progress) as bar,
+    ):
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            inputs = tokenizer(
+                [sentences[index] for index in batch],
+                padding=True,
+                truncation=True,
+                max_length=max_source_length,
+                return_tensors="pt",
+            ).to(model.device)
+            output_ids = model.generate(**inputs, **generate_kwargs)  # (len(batch), output length)
+            for index, text in zip(batch, tokenizer.batch_decode(output_ids, skip_special_tokens=True), strict=True):
+                # One translation a line is the output's contract, whatever the vocabulary can spell.
+                translations[index] = text.replace("\r", " ").replace("\n", " ").strip()
+            bar.update(len(batch))
+    return translations
+
+
+def _listed(line_numbers: list[int]) -> str:
+    """The first `MAX_LISTED_LINES` line numbers, comma-separated, then "..." if there are more."""
+    more = ", ..." if len(line_numbers) > MAX_LISTED_LINES else ""
+    return ", ".join(map(str, line_numbers[:MAX_LISTED_LINES])) + more
+
+
+def read_lines(path: str, flag: str) -> list[str]:
+    """Every line of a UTF-8 text file given with ``flag``, empty ones included, without line endings.
+
+    Raises:
+        HfEntmaxFileNotFoundError: If the file does not exist.
+        HfEntmaxValueError: If it is not UTF-8 (naming the line).
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise HfEntmaxFileNotFoundError(
+            f"{flag} {path}: {'a folder, not a file' if file.is_dir() else 'no such file'}"
+        )
+    return [line for _, line in iter_lines(file)]
+
+
+def scored_lines(sources: Sequence[str], references: Sequence[str], description: str) -> list[int]:
+    """The 0-based indices of the lines to score: those where both the source and the reference are non-empty.
+
+    A line empty on one side only is a sign of misalignment: it is left out with a warning listing it.
+
+    Raises:
+        HfEntmaxValueError: If no line has both a source sentence and a reference.
+    """
+    scored = [index for index in range(len(sources)) if sources[index].strip() and references[index].strip()]
+    one_sided = [
+        index + 1 for index in range(len(sources)) if bool(sources[index].strip()) != bool(references[index].strip())
+    ]
+    if one_sided:
+        logger.warning(
+            f"{len(one_sided)} line(s) of {description} are empty on one side only and are not scored: "
+            f"{_listed(one_sided)}"
+        )
+    if not scored:
+        raise HfEntmaxValueError(f"{description}: no line has both a sentence and a reference to score")
+    return scored
+
+
+def run(args: argparse.Namespace) -> int:
+    # Everything that can be wrong with the arguments and files is reported before the model loads.
+    check_generation_arguments(
+        num_beams=args.num_beams, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens
+    )
+    if args.metrics_file and not args.reference:
+        raise HfEntmaxValueError("--metrics_file needs --reference (the scores are computed against it)")
+    device = resolve_device(args.device)
+    sources = read_lines(args.input, "--input")
+    references, scored = None, []
+    if args.reference:
+        references = read_lines(args.reference, "--reference")
+        if len(references) != len(sources):
+            raise HfEntmaxValueError(
+                f"--input {args.input} has {len(sources)} lines but --reference {args.reference} has "
+                f"{len(references)}; line N of the references must translate line N of the input"
+            )
+        scored = scored_lines(sources, references, f"--input {args.input} / --reference {args.reference}")
+    for flag, path in (("--output", args.output), ("--metrics_file", args.metrics_file)):
+        if path and Path(path).is_dir():
+            raise HfEntmaxValueError(f"{flag} {path} is a folder; expected a file name")
+    if args.output and Path(args.output).resolve() == Path(args.input).resolve():
+        raise HfEntmaxValueError(f"--output {args.output} is the --input file; write the translations elsewhere")
+
+    model, tokenizer = load_translation_model(args.model, device, progress=args.progress)
+    translations = translate_lines(
+        model,
+        tokenizer,
+        sources,
+        num_beams=args.num_beams,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        progress=args.progress,
+    )
+
+    # Standard output carries only the translations unless they go to a file.
+    messages = sys.stdout if args.output else sys.stderr
+    text = "".join(f"{translation}\n" for translation in translations)
+    if args.output:
+        output = Path(args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+        print(f"Wrote {len(translations)} lines to {output}.", file=messages)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    if references is not None:
+        scores = corpus_scores(
+            [translations[index] for index in scored], [references[index].strip() for index in scored]
+        )
+        scores["lines_scored"] = len(scored)
+        print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}", file=messages)
+        print(f"chrF = {scores['chrf']:.2f}  {scores['chrf_signature']}", file=messages)
+        print(f"(on {scores['lines_scored']} of {len(sources)} lines)", file=messages)
+        if args.metrics_file:
+            metrics = {**scores, "model": args.model, "input": args.input, "reference": args.reference}
+            metrics_path = Path(args.metrics_file)
+            metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            metrics_path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hf-entmax translate", description=__doc__)
+    add_parser_arguments(parser)
+    return run(parser.parse_args(sys.argv[1:] if argv is None else argv))
