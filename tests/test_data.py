@@ -1,18 +1,25 @@
-"""Local parallel-data loading: every format, every bad-input error, empty-line skipping, split assembly."""
+"""Parallel-data loading: every format, every bad-input error, empty-line skipping, split assembly, datasets."""
 
+import csv
 import json
 import logging
 import re
 from pathlib import Path
 
+import datasets
+import pandas
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from datasets import Dataset
+from datasets import Dataset, DatasetDict, Features, Translation
 
 from hf_entmax.errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from hf_entmax.training.arguments import DataArguments
 from hf_entmax.training.data import (
     check_language_pair,
     limit_samples,
     load_local_splits,
+    load_parallel_data,
     read_parallel_file,
     read_text_pair,
 )
@@ -95,8 +102,8 @@ def test_missing_file(tmp_path):
 
 
 def test_unsupported_suffix_lists_formats(tmp_path):
-    path = write(tmp_path / "train.csv", "a,b\n")
-    with pytest.raises(HfEntmaxValueError, match=r"train\.csv.*'\.csv'.*\.tsv, \.jsonl"):
+    path = write(tmp_path / "train.xlsx", "a,b\n")
+    with pytest.raises(HfEntmaxValueError, match=r"train\.xlsx.*'\.xlsx'.*\.tsv, \.csv, \.json, \.jsonl, \.parquet"):
         read_parallel_file(path, "de", "en")
 
 
@@ -123,7 +130,10 @@ def test_tsv_wrong_column_count(tmp_path, line, found):
     ("line", "message"),
     [
         ('{"translation": {"de": "a", "en": "b"', "invalid JSON"),
-        ('{"de": "a", "en": "b"}', 'expected an object with a "translation" key.*found keys'),
+        (
+            '{"de": "a", "english": "b"}',
+            'expected an object with a "translation" key or keys "de" and "en".*found keys',
+        ),
         ('["a", "b"]', r"found a JSON list"),
         ('{"translation": "a b"}', "must map language codes to sentences, got str"),
         ('{"translation": {"de": "a", "fr": "c"}}', "has no 'en' key \\(keys present: 'de', 'fr'\\)"),
@@ -245,3 +255,371 @@ def test_limit_samples(tmp_path):
     for bad in (0, -1, 1.5, True):
         with pytest.raises(HfEntmaxValueError, match="max_samples must be a positive integer"):
             limit_samples(dataset, bad)
+
+
+def warnings_of(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+
+
+def dataset_args(name, **overrides) -> DataArguments:
+    return DataArguments(dataset_name=str(name), source_lang="de", target_lang="en", **overrides)
+
+
+# JSON: JSON lines as transformers' run_translation.py reads them, flat records, documents.
+
+
+def test_read_json_lines_of_run_translation(tmp_path):
+    # run_translation.py's --train_file: a .json file of JSON lines with a translation dict each.
+    records = [{"translation": {"en": en, "de": de}} for de, en in PAIRS]
+    assert read_parallel_file(write_jsonl(tmp_path / "train.json", records), "de", "en")["translation"] == EXPECTED
+
+
+def test_read_json_flat_records(tmp_path):
+    records = [{"id": i, "en": en, "DE": de} for i, (de, en) in enumerate(PAIRS)]
+    assert read_parallel_file(write_jsonl(tmp_path / "train.jsonl", records), "de", "en")["translation"] == EXPECTED
+    records = [{"source": de, "target": en} for de, en in PAIRS]
+    assert read_parallel_file(write_jsonl(tmp_path / "train.json", records), "de", "en")["translation"] == EXPECTED
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        [{"translation": {"de": de, "en": en}} for de, en in PAIRS],
+        {"version": "1.0", "data": [{"de": de, "en": en} for de, en in PAIRS]},
+    ],
+    ids=["array", "object-with-a-list"],
+)
+@pytest.mark.parametrize("indent", [None, 2], ids=["one-line", "pretty"])
+def test_read_json_document(tmp_path, document, indent):
+    path = write(tmp_path / "train.json", json.dumps(document, indent=indent, ensure_ascii=False) + "\n")
+    assert read_parallel_file(path, "de", "en")["translation"] == EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("text", "line_no", "message"),
+    [
+        # The third record, on line 4 of the pretty-printed array, lacks its target.
+        ('[\n  {"de": "a", "en": "b"},\n\n  {"de": "c",\n   "fr": "d"}\n]\n', 4, r"found keys \['de', 'fr'\]"),
+        ('[\n  {"de": "a", "en": "b"}\n  {"de": "c", "en": "d"}\n]\n', 3, "invalid JSON \\(Expecting ',' delimiter"),
+        ('{\n  "data": [\n    {"de": "a", "en": 7}\n  ]\n}\n', 3, "key 'en' must be a string, got int"),
+        ('[\n  {"de": "a", "en": "b"}\n]\n[]\n', 4, "invalid JSON \\(Extra data"),
+        # A broken first JSON line is reported there, not where a document parser would stumble.
+        ('{"translation": {"de": "a", "en": "b"}\n{"translation": {"de": "c", "en": "d"}}\n', 1, "invalid JSON"),
+    ],
+    ids=["record", "syntax", "value-type", "extra-data", "broken-first-line"],
+)
+def test_json_document_errors_name_the_line(tmp_path, text, line_no, message):
+    path = write(tmp_path / "train.json", text)
+    with pytest.raises(HfEntmaxValueError, match=error_pattern(path, line_no, message)):
+        read_parallel_file(path, "de", "en")
+
+
+def test_json_object_with_several_lists_is_an_error(tmp_path):
+    path = write(tmp_path / "train.json", json.dumps({"train": [{"de": "a", "en": "b"}], "test": []}, indent=1))
+    with pytest.raises(HfEntmaxValueError, match=r"several lists \('train', 'test'\)"):
+        read_parallel_file(path, "de", "en")
+
+
+# CSV and TSV: headers, quoting, line numbers.
+
+
+def write_csv(path: Path, rows) -> Path:
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize(
+    "header",
+    [None, ["de", "en"], ["EN", "de"], ["source", "target"], ["id", "en", "de"]],
+    ids=["none", "codes", "reversed-codes", "source-target", "extra-column"],
+)
+def test_read_csv_with_and_without_header(tmp_path, header):
+    # PAIRS[2] holds a comma, so the csv writer quotes it.
+    rows = [[de, en] for de, en in PAIRS]
+    if header is not None:
+        # The cell of each named column; source/target stand for de/en.
+        cell_of = {"de": 0, "en": 1, "source": 0, "target": 1}
+        rows = [header] + [
+            [cell[cell_of[name.lower()]] if name != "id" else str(i) for name in header] for i, cell in enumerate(rows)
+        ]
+    assert read_parallel_file(write_csv(tmp_path / "train.csv", rows), "de", "en")["translation"] == EXPECTED
+
+
+def test_read_tsv_with_header_in_reversed_order(tmp_path):
+    path = write_tsv(tmp_path / "train.tsv", [("en", "de")] + [(en, de) for de, en in PAIRS])
+    assert read_parallel_file(path, "de", "en")["translation"] == EXPECTED
+    path = write_tsv(tmp_path / "src_tgt.tsv", [("src", "tgt"), *PAIRS])
+    assert read_parallel_file(path, "de", "en")["translation"] == EXPECTED
+
+
+def test_csv_quoted_fields_and_the_line_numbers_after_them(tmp_path):
+    text = (
+        "de,en\n"
+        '"Hallo, Welt","Hello,\nworld"\n'  # lines 2-3: one record
+        '"Er sagte ""ja""\tlaut",He said "yes"\n'  # line 4: doubled quotes, a tab; quotes inside an unquoted field
+    )
+    path = write(tmp_path / "train.csv", text)
+    assert read_parallel_file(path, "de", "en")["translation"] == [
+        {"de": "Hallo, Welt", "en": "Hello,\nworld"},
+        {"de": 'Er sagte "ja"\tlaut', "en": 'He said "yes"'},
+    ]
+    path = write(tmp_path / "bad.csv", text + "eins,one,1\n")
+    with pytest.raises(
+        HfEntmaxValueError,
+        match=error_pattern(path, 5, "expected 2 comma-separated columns as in the header on line 1, found 3"),
+    ):
+        read_parallel_file(path, "de", "en")
+    path = write(tmp_path / "no_header.csv", '"a\nb",c\n\n"d",e,f\n')
+    with pytest.raises(
+        HfEntmaxValueError,
+        match=error_pattern(path, 4, r"expected 2 comma-separated columns \(source, target\), found 3"),
+    ):
+        read_parallel_file(path, "de", "en")
+
+
+@pytest.mark.parametrize(
+    ("text", "line_no"),
+    [
+        ('de,en\na,b\n"nie geschlossen,x\nc,d\n', 3),  # the quote opened on line 3 swallows the rest of the file
+        ('de,en\na,b\n"Ja", sagte er.,"Yes," he said.\n', 3),  # text after a closing quote
+    ],
+    ids=["unclosed", "text-after-quote"],
+)
+def test_malformed_csv_names_the_line(tmp_path, text, line_no):
+    path = write(tmp_path / "train.csv", text)
+    with pytest.raises(HfEntmaxValueError, match=error_pattern(path, line_no, "malformed CSV")):
+        read_parallel_file(path, "de", "en")
+
+
+def test_csv_missing_values_count_as_empty(tmp_path, caplog):
+    # pandas (and so datasets' to_csv) writes a missing value as an empty cell.
+    path = tmp_path / "train.csv"
+    pandas.DataFrame({"de": ["eins", None, "drei"], "en": ["one", "two", float("nan")]}).to_csv(path, index=False)
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+        dataset = read_parallel_file(path, "de", "en")
+    assert dataset["translation"] == [{"de": "eins", "en": "one"}]
+    assert warnings_of(caplog) == [f"skipped 2 lines with an empty source or target in {path} (lines 3, 4)"]
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ("fr,en", "the header names the languages 'fr', 'en', but --source_lang de --target_lang en"),
+        ("de,fr", "'de', 'fr'"),
+    ],
+)
+def test_header_naming_other_languages_is_an_error(tmp_path, header, message):
+    path = write(tmp_path / "train.csv", f"{header}\nBonjour,Hello\n")
+    with pytest.raises(HfEntmaxValueError, match=error_pattern(path, 1, message)):
+        read_parallel_file(path, "de", "en")
+
+
+def test_unnamed_header_is_read_as_a_pair_with_a_warning(tmp_path, caplog):
+    path = write_tsv(tmp_path / "train.tsv", [("German text", "English text"), *PAIRS])
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+        dataset = read_parallel_file(path, "de", "en")
+    assert dataset["translation"] == [{"de": "German text", "en": "English text"}, *EXPECTED]
+    (message,) = warnings_of(caplog)
+    assert message.startswith(f"{path} line 1 ('German text', 'English text') looks like a header")
+    assert message.endswith("name its columns de<TAB>en")
+
+
+def test_word_list_is_not_mistaken_for_a_header(tmp_path, caplog):
+    # Rows of single words throughout: the first is a pair like the others, not a header.
+    path = write_tsv(tmp_path / "words.tsv", [("Hund", "dog"), ("Katze", "cat"), ("Haus", "house")])
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+        dataset = read_parallel_file(path, "de", "en")
+    assert len(dataset) == 3
+    assert warnings_of(caplog) == []
+
+
+def test_tsv_reads_quotes_as_text_and_warns_about_csv_quoting(tmp_path, caplog):
+    # Sentences opening with a quote are common in MT corpora; in a .tsv they are text, not CSV quoting.
+    path = write_tsv(tmp_path / "plain.tsv", [('"Ja", sagte er.', '"Yes," he said.')])
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+        assert read_parallel_file(path, "de", "en")["translation"] == [
+            {"de": '"Ja", sagte er.', "en": '"Yes," he said.'}
+        ]
+    assert warnings_of(caplog) == []
+    # A CSV writer's quoting (pandas to_csv(sep="\t")) stays in the text, so the reader says so.
+    path = write_tsv(tmp_path / "quoted.tsv", [PAIRS[0], ('"""Ja"", sagte er."', '"""Yes,"" he said."')])
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+        read_parallel_file(path, "de", "en")
+    (message,) = warnings_of(caplog)
+    assert message.startswith(f"{path}: 1 line(s) have CSV-quoted fields (lines 2)")
+
+
+# Parquet.
+
+
+def test_read_parquet_translation_column(tmp_path):
+    features = Features({"translation": Translation(languages=["de", "en"])})
+    path = tmp_path / "train.parquet"
+    Dataset.from_dict({"translation": EXPECTED}, features=features).to_parquet(str(path))
+    dataset = read_parallel_file(path, "de", "en")
+    assert dataset["translation"] == EXPECTED
+    assert dataset.features == features
+
+
+def test_read_parquet_flat_columns_with_missing_values(tmp_path, caplog):
+    table = pa.table(
+        {
+            "en": [en for _, en in PAIRS] + ["lonely", None],
+            "de": [de for de, _ in PAIRS] + [None, "  "],
+            "score": [1.0] * 5,
+        }
+    )
+    path = tmp_path / "train.parquet"
+    pq.write_table(table, path)
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+        assert read_parallel_file(path, "de", "en")["translation"] == EXPECTED
+    assert warnings_of(caplog) == [f"skipped 2 rows with an empty source or target in {path} (rows 4, 5)"]
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            pa.table({"german": ["a"], "english": ["b"]}),
+            r"expected a 'translation' column or columns named 'de' and 'en' .*found columns 'german', 'english'",
+        ),
+        (pa.table({"de": ["a"], "en": [3]}), "column 'en' holds int64 values, expected strings"),
+        (
+            pa.table({"translation": [{"de": "a", "fr": "b"}]}),
+            r"column 'translation' has no 'en' field \(fields: 'de', 'fr'\)",
+        ),
+        (pa.table({"translation": ["a"]}), "column 'translation' holds string values"),
+    ],
+    ids=["no-columns", "not-strings", "no-field", "not-records"],
+)
+def test_parquet_errors_name_the_file_and_columns(tmp_path, table, message):
+    path = tmp_path / "train.parquet"
+    pq.write_table(table, path)
+    with pytest.raises(HfEntmaxValueError, match=re.escape(str(path)) + ": " + message):
+        read_parallel_file(path, "de", "en")
+
+
+def test_file_that_is_not_parquet(tmp_path):
+    path = write(tmp_path / "train.parquet", "de\ten\n")
+    with pytest.raises(HfEntmaxValueError, match=re.escape(str(path)) + ": not a readable Parquet file"):
+        read_parallel_file(path, "de", "en")
+
+
+# Saved datasets and dataset folders.
+
+
+def test_save_to_disk_folder_as_a_file_argument(tmp_path):
+    folder = tmp_path / "train_split"
+    Dataset.from_dict({"de": [de for de, _ in PAIRS], "en": [en for _, en in PAIRS]}).save_to_disk(str(folder))
+    splits = load_local_splits(train_file=folder, source_lang="de", target_lang="en")
+    assert splits["train"]["translation"] == EXPECTED
+    assert type(splits["train"].features["translation"]).__name__ == "Translation"
+
+
+def test_dataset_dict_folder_given_as_a_file_says_what_to_give(tmp_path):
+    folder = tmp_path / "saved"
+    DatasetDict({"train": Dataset.from_dict({"de": ["a"], "en": ["b"]})}).save_to_disk(str(folder))
+    with pytest.raises(HfEntmaxValueError, match=re.escape(f"{folder} holds a DatasetDict") + ".*--dataset_name"):
+        read_parallel_file(folder, "de", "en")
+    assert read_parallel_file(folder / "train", "de", "en")["translation"] == [{"de": "a", "en": "b"}]
+
+
+def test_folder_that_is_not_a_dataset(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    write(folder / "readme.md", "no data here\n")
+    with pytest.raises(
+        HfEntmaxValueError, match=re.escape(f"{folder} is a folder but not a dataset written by save_to_disk")
+    ):
+        read_parallel_file(folder, "de", "en")
+    with pytest.raises(HfEntmaxValueError, match=re.escape(f"could not load the dataset folder {folder}")) as error:
+        load_parallel_data(dataset_args(folder))
+    assert "\n" not in str(error.value)
+
+
+def test_dataset_name_save_to_disk_folder_maps_split_names(tmp_path, caplog):
+    def split(pairs):
+        return Dataset.from_dict({"translation": [{"de": de, "en": en} for de, en in pairs]})
+
+    folder = tmp_path / "saved"
+    DatasetDict(
+        {"test": split(PAIRS[2:]), "dev": split(PAIRS[1:2]), "train": split(PAIRS), "extra": split(PAIRS)}
+    ).save_to_disk(str(folder))
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+        raw, source_lang, target_lang = load_parallel_data(dataset_args(folder))
+    assert (source_lang, target_lang) == ("de", "en")
+    assert list(raw) == ["train", "validation", "test"]
+    assert raw["train"]["translation"] == EXPECTED
+    assert raw["validation"]["translation"] == EXPECTED[1:2]
+    assert raw["test"]["translation"] == EXPECTED[2:]
+    (message,) = warnings_of(caplog)
+    assert message == f"dataset {str(folder)!r}: left out split(s) 'extra', which are none of train, " + (
+        "validation (valid, dev, val) and test"
+    )
+
+
+def test_dataset_name_saved_dataset_is_the_train_split(tmp_path):
+    folder = tmp_path / "saved"
+    Dataset.from_dict({"src": [de for de, _ in PAIRS], "tgt": [en for _, en in PAIRS]}).save_to_disk(str(folder))
+    raw, _, _ = load_parallel_data(dataset_args(folder))
+    assert list(raw) == ["train"]
+    assert raw["train"]["translation"] == EXPECTED
+
+
+def test_dataset_name_local_data_folder(tmp_path, monkeypatch):
+    # datasets.load_dataset reads the folder (and caches what it built, here under tmp_path).
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "my_dataset"
+    folder.mkdir()
+    write_jsonl(folder / "train.jsonl", [{"de": de, "en": en} for de, en in PAIRS])
+    write_jsonl(folder / "dev.jsonl", [{"de": "hallo", "en": "hello"}])
+    raw, _, _ = load_parallel_data(dataset_args(folder))
+    assert list(raw) == ["train", "validation"]
+    assert raw["train"]["translation"] == EXPECTED
+    assert raw["validation"]["translation"] == [{"de": "hallo", "en": "hello"}]
+    assert raw["train"].features == Features({"translation": Translation(languages=["de", "en"])})
+
+
+def test_dataset_name_columns_error(tmp_path):
+    folder = tmp_path / "saved"
+    DatasetDict({"train": Dataset.from_dict({"text": ["a"], "label": ["b"]})}).save_to_disk(str(folder))
+    message = (
+        re.escape(f"dataset {str(folder)!r} split 'train': expected a 'translation' column")
+        + ".*found columns 'text', 'label'"
+    )
+    with pytest.raises(HfEntmaxValueError, match=message):
+        load_parallel_data(dataset_args(folder))
+
+
+@pytest.mark.parametrize(
+    ("splits", "message"),
+    [
+        (
+            ["train", "valid", "validation"],
+            "splits 'valid' and 'validation', which would both serve as the validation split",
+        ),
+        (["training", "eval"], "none of the splits train, validation .* \\(splits: 'training', 'eval'\\)"),
+    ],
+)
+def test_dataset_name_split_errors(tmp_path, splits, message):
+    folder = tmp_path / "saved"
+    DatasetDict({name: Dataset.from_dict({"de": ["a"], "en": ["b"]}) for name in splits}).save_to_disk(str(folder))
+    with pytest.raises(HfEntmaxValueError, match=message):
+        load_parallel_data(dataset_args(folder))
+
+
+def test_dataset_name_argument_errors(tmp_path):
+    folder = tmp_path / "saved"
+    Dataset.from_dict({"de": ["a"], "en": ["b"]}).save_to_disk(str(folder))
+    with pytest.raises(HfEntmaxValueError, match="--dataset_config_name 'de-en' does not apply to"):
+        load_parallel_data(dataset_args(folder, dataset_config_name="de-en"))
+    with pytest.raises(HfEntmaxFileNotFoundError, match="no such folder"):
+        load_parallel_data(dataset_args(tmp_path / "missing"))
+    path = write_tsv(tmp_path / "train.tsv", PAIRS)
+    with pytest.raises(HfEntmaxValueError, match="is a file, not a dataset: give it as --train_file"):
+        load_parallel_data(dataset_args(path))
+    arguments = DataArguments(train_file=str(path), dataset_config_name="de-en", source_lang="de", target_lang="en")
+    with pytest.raises(HfEntmaxValueError, match="--dataset_config_name needs --dataset_name"):
+        load_parallel_data(arguments)

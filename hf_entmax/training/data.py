@@ -1,24 +1,46 @@
-"""Parallel text from local files, as ``datasets`` objects shaped like the Hub's translation datasets.
+"""Parallel text from local files, saved datasets and the Hub, as ``datasets`` objects shaped like the Hub's
+translation datasets.
 
 Every reader returns a :class:`datasets.Dataset` with one ``translation`` column whose rows are
 ``{source_lang: str, target_lang: str}`` (a :class:`datasets.Translation` feature, as in wmt16 or opus), so the
-training script preprocesses local files and Hub datasets the same way. Supported inputs:
+training script preprocesses every input the same way. Supported inputs:
 
-- ``.tsv``: one pair per line, ``source<TAB>target``, no header;
-- ``.jsonl``: one ``{"translation": {"<source_lang>": "...", "<target_lang>": "..."}}`` object per line;
-- two plain text files, one sentence per line, line N of the source translating line N of the target.
+- ``.tsv``: one pair per line, ``source<TAB>target``; quotes are ordinary text, as in MT corpora;
+- ``.csv``: comma-separated, quoted as the ``csv`` module (and Excel, pandas) write it: a quoted field may hold
+  commas, quotes, tabs and line breaks;
+- ``.json``/``.jsonl``: JSON lines (one record per line, as transformers' run_translation.py reads), one JSON array of
+  records, or one object whose only list-valued key holds the records (``{"data": [...]}``); a record is
+  ``{"translation": {"<source_lang>": "...", "<target_lang>": "..."}}`` or flat ``{"<source_lang>": "...", ...}``;
+- ``.parquet``: a ``translation`` struct column or two flat columns;
+- a folder written by ``Dataset.save_to_disk`` (a ``translation`` column or two flat columns);
+- two plain text files, one sentence per line, line N of the source translating line N of the target;
+- a dataset named by ``--dataset_name``: a Hub id, a folder written by ``DatasetDict.save_to_disk`` (or
+  ``Dataset.save_to_disk``, which becomes the train split), or a folder ``datasets.load_dataset`` reads; its splits
+  ``train``, ``validation`` (or ``valid``, ``dev``, ``val``) and ``test`` are used.
 
-Bad input fails before any training starts, with an error naming the file, the 1-based line and what was expected.
-Pairs with an empty source or target are skipped with one warning per file.
+Flat columns (a .csv/.tsv header, flat JSON records, Parquet and dataset columns) are found by name: the two language
+codes in any order and case, else ``source``/``target`` (or ``src``/``tgt``). The first row of a .csv/.tsv file is a
+header only if it names the columns so; without one, column 1 is the source and column 2 the target. A first row that
+names other language codes is an error; one of plain words ("English", "text_de") is read as a sentence pair with a
+warning, since short sentence pairs look the same.
+
+Bad input fails before any training starts, with one line naming the file, the 1-based line (or row) and what was
+expected. Pairs with an empty source or target (missing cells included) are skipped with one warning per file.
 """
 
+import csv
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator
+import re
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from datasets import Dataset, DatasetDict, Features, Translation
 
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
@@ -29,10 +51,30 @@ from .arguments import DataArguments
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
-SUPPORTED_SUFFIXES = (".tsv", ".jsonl")
+SUPPORTED_SUFFIXES = (".tsv", ".csv", ".json", ".jsonl", ".parquet")
 SPLITS = ("train", "validation", "test")
+# The split names datasets use for the three splits of a run (compared in lower case).
+SPLIT_ALIASES = {
+    "train": "train",
+    "validation": "validation",
+    "valid": "validation",
+    "dev": "validation",
+    "val": "validation",
+    "test": "test",
+}
+# Column names that tell source from target when the columns are not named by the language codes.
+SIDE_NAMES = (("source", "target"), ("src", "tgt"))
 # How many skipped line numbers the warning lists before it abbreviates.
 MAX_LISTED_LINES = 10
+# A language code as datasets name columns and translation keys: "de", "eng", "pt_BR", "zh-Hans".
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:[_-][a-z0-9]{2,8})*", re.IGNORECASE)
+# A column name of one to three plain words ("English", "text_de", "German text"); a sentence mostly has punctuation,
+# non-ASCII letters or more words.
+HEADER_LIKE_CELL = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(?: [A-Za-z0-9_-]+){0,2}")
+# A .tsv field as a CSV writer quotes one that holds a quote character: wrapped in quotes, the inner ones doubled.
+CSV_QUOTED_FIELD = re.compile(r'"(?:[^"]|"")*""(?:[^"]|"")*"')
+JSON_DECODER = json.JSONDecoder()
+JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
 def check_language_pair(source_lang: str, target_lang: str) -> None:
@@ -49,11 +91,11 @@ def check_language_pair(source_lang: str, target_lang: str) -> None:
 
 
 def read_parallel_file(path: PathLike, source_lang: str, target_lang: str) -> Dataset:
-    """Read sentence pairs from a ``.tsv`` or ``.jsonl`` file, chosen by the file's suffix.
+    """Read sentence pairs from one file (format by suffix) or a folder written by ``Dataset.save_to_disk``.
 
     Args:
-        path: A ``.tsv`` file (``source<TAB>target`` per line, no header) or a ``.jsonl`` file (one
-            ``{"translation": {source_lang: ..., target_lang: ...}}`` per line; other language keys are ignored).
+        path: A ``.tsv``, ``.csv``, ``.json``/``.jsonl`` or ``.parquet`` file, or a saved-dataset folder (see the
+            module docstring for each layout); columns and keys of other languages are ignored.
         source_lang: Language code of the source side, e.g. ``"de"``.
         target_lang: Language code of the target side, e.g. ``"en"``.
 
@@ -61,24 +103,36 @@ def read_parallel_file(path: PathLike, source_lang: str, target_lang: str) -> Da
         A dataset with one ``translation`` column of ``{source_lang: str, target_lang: str}`` rows.
 
     Raises:
-        HfEntmaxFileNotFoundError: If the file does not exist.
-        HfEntmaxValueError: If the suffix is not supported, a line is malformed, or no pair is left after
-            skipping empty ones.
+        HfEntmaxFileNotFoundError: If the path does not exist.
+        HfEntmaxValueError: If the suffix is not supported, a line, row or column is malformed, a folder is not a
+            saved dataset, or no pair is left after skipping empty ones.
     """
     check_language_pair(source_lang, target_lang)
     path = Path(path)
+    if path.is_dir():
+        saved = load_saved_dataset(path)
+        if isinstance(saved, DatasetDict):
+            raise HfEntmaxValueError(
+                f"{path} holds a DatasetDict (splits {', '.join(map(repr, saved))}), not one split: give it as "
+                f"--dataset_name, or give one split's folder (e.g. {path / next(iter(saved))}) as the split's file"
+            )
+        return dataset_to_translation(saved, str(path), source_lang, target_lang)
+    if not path.exists():
+        raise HfEntmaxFileNotFoundError(f"data file {path} does not exist")
     suffix = path.suffix.lower()
-    if suffix == ".tsv":
-        pairs = _parse_tsv(path)
-    elif suffix == ".jsonl":
-        pairs = _parse_jsonl(path, source_lang, target_lang)
+    if suffix == ".parquet":
+        return _read_parquet(path, source_lang, target_lang)
+    if suffix in (".tsv", ".csv"):
+        pairs = _parse_delimited(path, "\t" if suffix == ".tsv" else ",", source_lang, target_lang)
+    elif suffix in (".json", ".jsonl"):
+        pairs = _parse_json(path, source_lang, target_lang)
     else:
         raise HfEntmaxValueError(
             f"{path}: unsupported file format {path.suffix or '(no suffix)'!r}; supported are "
-            f"{', '.join(SUPPORTED_SUFFIXES)} (for two plain text files, one sentence per line, use a "
-            "source/target file pair instead)"
+            f"{', '.join(SUPPORTED_SUFFIXES)} and folders written by Dataset.save_to_disk (for two plain text files, "
+            "one sentence per line, use a source/target file pair instead)"
         )
-    return _build_dataset(pairs, str(path), source_lang, target_lang)
+    return _dataset_from_lines(pairs, str(path), source_lang, target_lang)
 
 
 def read_text_pair(source_path: PathLike, target_path: PathLike, source_lang: str, target_lang: str) -> Dataset:
@@ -113,7 +167,7 @@ def read_text_pair(source_path: PathLike, target_path: PathLike, source_lang: st
         (line_no, source, target)
         for line_no, (source, target) in enumerate(zip(sources, targets, strict=True), start=1)
     )
-    return _build_dataset(pairs, f"{source_path} / {target_path}", source_lang, target_lang)
+    return _dataset_from_lines(pairs, f"{source_path} / {target_path}", source_lang, target_lang)
 
 
 def load_local_splits(
@@ -130,7 +184,7 @@ def load_local_splits(
     source_lang: str,
     target_lang: str,
 ) -> DatasetDict:
-    """Build the splits given as local files, each from one ``.tsv``/``.jsonl`` file or a source/target pair.
+    """Build the splits given as local files, each from one file (or saved-dataset folder) or a source/target pair.
 
     The argument names are the training command's flags (``--train_file``, ``--train_source_file``, ...).
 
@@ -174,8 +228,68 @@ def load_local_splits(
     return splits
 
 
+def load_named_dataset(dataset_name: str, config_name: str | None, source_lang: str, target_lang: str) -> DatasetDict:
+    """The splits of ``--dataset_name``: a Hub id, a folder written by ``save_to_disk``, or a dataset folder.
+
+    A folder holding ``dataset_dict.json`` or ``state.json`` is read with ``datasets.load_from_disk`` (a single
+    ``Dataset`` becomes the train split); another folder, or a Hub id, with ``datasets.load_dataset``. Splits named
+    ``valid``/``dev``/``val`` serve as validation; splits of other names are left out with a warning.
+
+    Returns:
+        A ``DatasetDict`` with ``"train"``, ``"validation"`` and/or ``"test"`` entries, each with one ``translation``
+        column of ``{source_lang: str, target_lang: str}`` rows.
+
+    Raises:
+        HfEntmaxFileNotFoundError: If the name is a path to a folder that does not exist.
+        HfEntmaxValueError: If the dataset cannot be loaded (offline, for a Hub id), has none of the three splits,
+            two splits serving as one, or a split without a ``translation`` column or flat language columns.
+    """
+    check_language_pair(source_lang, target_lang)
+    folder = Path(dataset_name).expanduser()
+    if folder.is_dir() and _is_saved_dataset(folder):
+        if config_name is not None:
+            raise HfEntmaxValueError(
+                f"--dataset_config_name {config_name!r} does not apply to {folder}, a dataset written by save_to_disk"
+            )
+        loaded = load_saved_dataset(folder)
+    elif folder.is_dir():
+        loaded = _load_with_datasets(
+            str(folder),
+            config_name,
+            f"the dataset folder {folder} with datasets.load_dataset",
+            "Data files can also be given one per split as --train_file/--validation_file/--test_file",
+        )
+    elif folder.exists():
+        raise HfEntmaxValueError(
+            f"--dataset_name {dataset_name!r} is a file, not a dataset: give it as --train_file "
+            "(or --validation_file/--test_file)"
+        )
+    elif dataset_name.startswith((".", "/", "~")) or dataset_name.count("/") > 1 or "\\" in dataset_name:
+        # Not a Hub id (those are "name" or "owner/name"): asking the Hub would only retry and fail.
+        raise HfEntmaxFileNotFoundError(f"--dataset_name {dataset_name!r}: no such folder")
+    else:
+        loaded = _load_with_datasets(
+            dataset_name,
+            config_name,
+            f"--dataset_name {dataset_name!r} (config {config_name!r})",
+            "Offline, use local files instead",
+        )
+    if isinstance(loaded, Dataset):
+        loaded = DatasetDict({"train": loaded})
+    return DatasetDict(
+        {
+            split: dataset_to_translation(
+                loaded[name], f"dataset {dataset_name!r} split {name!r}", source_lang, target_lang
+            )
+            for split, name in _choose_splits(list(loaded), dataset_name).items()
+        }
+    )
+
+
 def load_parallel_data(data_args: DataArguments) -> tuple[DatasetDict, str, str]:
     """The raw splits (a ``translation`` column each) and the (source, target) language codes."""
+    if data_args.dataset_config_name is not None and data_args.dataset_name is None:
+        raise HfEntmaxValueError("--dataset_config_name needs --dataset_name (local files have no configurations)")
     if data_args.uses_synthetic_data():
         source_lang = data_args.source_lang or synthetic.SOURCE_LANG
         target_lang = data_args.target_lang or synthetic.TARGET_LANG
@@ -199,25 +313,51 @@ def load_parallel_data(data_args: DataArguments) -> tuple[DatasetDict, str, str]
                 f"give either --dataset_name or local files, not both (got --dataset_name and "
                 f"{', '.join('--' + name for name in data_args.local_files())})"
             )
-        try:
-            raw = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name)
-        except Exception as error:  # the datasets library raises many kinds; all mean "could not load"
-            raise HfEntmaxValueError(
-                f"could not load --dataset_name {data_args.dataset_name!r} "
-                f"(config {data_args.dataset_config_name!r}): {' '.join(str(error).split())}. "
-                "Offline, use local files instead"
-            ) from error
-        for split_name, split in raw.items():
-            if "translation" not in split.column_names:
-                raise HfEntmaxValueError(
-                    f"dataset {data_args.dataset_name!r} split {split_name!r} has no 'translation' column "
-                    f"(columns: {', '.join(split.column_names)})"
-                )
+        raw = load_named_dataset(
+            data_args.dataset_name, data_args.dataset_config_name, data_args.source_lang, data_args.target_lang
+        )
     else:
         raw = load_local_splits(
             **data_args.local_files(), source_lang=data_args.source_lang, target_lang=data_args.target_lang
         )
     return raw, data_args.source_lang, data_args.target_lang
+
+
+def load_saved_dataset(folder: Path) -> Dataset | DatasetDict:
+    """What ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk`` wrote into ``folder``.
+
+    Raises:
+        HfEntmaxValueError: If the folder holds no saved dataset or it cannot be read.
+    """
+    if not _is_saved_dataset(folder):
+        raise HfEntmaxValueError(
+            f"{folder} is a folder but not a dataset written by save_to_disk (it has no "
+            f"{datasets.config.DATASETDICT_JSON_FILENAME} or {datasets.config.DATASET_STATE_JSON_FILENAME}); "
+            f"give a data file ({', '.join(SUPPORTED_SUFFIXES)}) or such a folder"
+        )
+    try:
+        return datasets.load_from_disk(str(folder))
+    except Exception as error:  # datasets and pyarrow raise many kinds; all mean "could not read it"
+        raise HfEntmaxValueError(f"could not read the saved dataset {folder}: {_one_line(error)}") from error
+
+
+def dataset_to_translation(dataset: Dataset, description: str, source_lang: str, target_lang: str) -> Dataset:
+    """A dataset's pairs as one ``translation`` column, from its ``translation`` column or two flat columns.
+
+    Args:
+        dataset: Any dataset with a ``translation`` column of ``{language: sentence}`` records (the Hub's
+            translation datasets) or flat columns named by the language codes (or ``source``/``target``).
+        description: What the dataset is, for messages (e.g. ``"dataset 'wmt16' split 'train'"``).
+        source_lang: Language code of the source side.
+        target_lang: Language code of the target side.
+
+    Raises:
+        HfEntmaxValueError: If the columns are missing or do not hold strings, or no pair is left after skipping
+            empty ones.
+    """
+    # The arrow format hands over the (memory-mapped) table without turning rows into Python objects.
+    sources, targets = _table_sides(dataset.with_format("arrow")[:], description, source_lang, target_lang)
+    return _build_dataset(sources, targets, description, source_lang, target_lang)
 
 
 def limit_samples(dataset: Dataset, max_samples: int | None) -> Dataset:
@@ -257,22 +397,172 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield line_no, text.rstrip("\r\n")
 
 
-def _parse_tsv(path: Path) -> Iterator[tuple[int, str, str]]:
-    for line_no, line in iter_lines(path):
-        if not line.strip():
+def _side_columns(names: Sequence[str], source_lang: str, target_lang: str, where: str) -> tuple[int, int] | None:
+    """Positions of the source and target columns among ``names``: those named by the language codes, else
+    ``source``/``target`` or ``src``/``tgt``, ignoring case and surrounding spaces; None if no such pair is there."""
+    folded = [name.strip().casefold() for name in names]
+    for source_name, target_name in ((source_lang, target_lang), *SIDE_NAMES):
+        source_name, target_name = source_name.casefold(), target_name.casefold()
+        if source_name in folded and target_name in folded:
+            for name in (source_name, target_name):
+                if folded.count(name) > 1:
+                    raise HfEntmaxValueError(f"{where}: {folded.count(name)} columns are named {name!r}; keep one")
+            return folded.index(source_name), folded.index(target_name)
+    return None
+
+
+def _delimited_records(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """``(first line, cells)`` of each record: a .tsv line split at tabs, a .csv record as the csv module reads it."""
+    if delimiter == "\t":
+        for line_no, line in iter_lines(path):
+            yield line_no, line.split("\t")
+        return
+    # The csv module needs the line ends to keep line breaks inside quoted fields; strict mode makes a stray quote
+    # an error instead of silently dropping it.
+    reader = csv.reader((line + "\n" for _, line in iter_lines(path)), strict=True, skipinitialspace=True)
+    line_no = 1
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            problem = str(error)
+            if "new-line character" in problem:
+                problem = "a carriage return inside an unquoted field"
+            raise HfEntmaxValueError(
+                f"{path} line {line_no}: malformed CSV ({problem}); a field with commas, quotes or line breaks "
+                'must be quoted, its quotes doubled: "He said ""hi"", then left"'
+            ) from None
+        yield line_no, cells
+        line_no = reader.line_num + 1
+
+
+def _parse_delimited(path: Path, delimiter: str, source_lang: str, target_lang: str) -> Iterator[tuple[int, str, str]]:
+    kind, separator = ("tab-separated", "<TAB>") if delimiter == "\t" else ("comma-separated", ",")
+    columns = None  # (source position, target position), fixed by the first non-blank record
+    width, header_line = 2, None
+    # The first record when it is plain words like a header but does not name the columns; whether it was a header
+    # is judged by the next complete pair: rows of plain words throughout are a word list, not a header over data.
+    header_like = None
+    csv_quoted_lines = []
+    for line_no, cells in _delimited_records(path, delimiter):
+        if not any(cell.strip() for cell in cells):
             # A blank line (often a trailing one) is an empty pair, skipped like any other.
             yield line_no, "", ""
             continue
-        columns = line.split("\t")
-        if len(columns) != 2:
-            raise HfEntmaxValueError(
-                f"{path} line {line_no}: expected 2 tab-separated columns (source, target), found {len(columns)}"
+        first_record = columns is None
+        if first_record:
+            columns = _header_columns(cells, f"{path} line {line_no}", source_lang, target_lang)
+            if columns is not None:
+                width, header_line = len(cells), line_no
+                continue
+            columns = (0, 1)
+        if len(cells) != width:
+            expected = (
+                f"{width} {kind} columns as in the header on line {header_line}"
+                if header_line is not None
+                else f"2 {kind} columns (source, target)"
             )
-        yield line_no, columns[0], columns[1]
+            raise HfEntmaxValueError(f"{path} line {line_no}: expected {expected}, found {len(cells)}")
+        if first_record:
+            header_like = (line_no, cells) if _is_header_like(cells) else None
+        elif header_like is not None and all(cells[column].strip() for column in columns):
+            if not _is_header_like(cells):
+                first_line, names = header_like
+                logger.warning(
+                    f"{path} line {first_line} ({', '.join(repr(name.strip()) for name in names)}) looks like a "
+                    "header but names neither the languages nor source/target, so it is read as a sentence pair; if "
+                    f"it is a header, name its columns {source_lang}{separator}{target_lang}"
+                )
+            header_like = None
+        if delimiter == "\t" and any(CSV_QUOTED_FIELD.fullmatch(cells[column].strip()) for column in columns):
+            csv_quoted_lines.append(line_no)
+        source_column, target_column = columns
+        yield line_no, cells[source_column], cells[target_column]
+    if csv_quoted_lines:
+        listed = _listed(csv_quoted_lines[:MAX_LISTED_LINES], len(csv_quoted_lines))
+        logger.warning(
+            f"{path}: {len(csv_quoted_lines)} line(s) have CSV-quoted fields (lines {listed}); a .tsv file is read "
+            "literally, so their quotes stay in the text: write it without quoting (pandas: quoting=csv.QUOTE_NONE) "
+            "or as .csv"
+        )
 
 
-def _parse_jsonl(path: Path, source_lang: str, target_lang: str) -> Iterator[tuple[int, str, str]]:
-    for line_no, line in iter_lines(path):
+def _header_columns(cells: list[str], where: str, source_lang: str, target_lang: str) -> tuple[int, int] | None:
+    """Source and target positions if the first record of a .csv/.tsv file is a header, None if it is a pair.
+
+    Raises:
+        HfEntmaxValueError: If the record is a header of language codes other than the pair asked for.
+    """
+    header = _side_columns(cells, source_lang, target_lang, where)
+    if header is not None:
+        return header
+    names = [cell.strip() for cell in cells]
+    asked = {source_lang.casefold(), target_lang.casefold()}
+    # Both cells codes and one of them ours: a header for another pair (a pair of sentences could hardly be that).
+    if all(LANGUAGE_CODE.fullmatch(name) for name in names) and asked & {name.casefold() for name in names}:
+        raise HfEntmaxValueError(
+            f"{where}: the header names the languages {', '.join(map(repr, names))}, but --source_lang {source_lang} "
+            f"--target_lang {target_lang} asks for columns {source_lang!r} and {target_lang!r}"
+        )
+    return None
+
+
+def _is_header_like(cells: list[str]) -> bool:
+    return all(HEADER_LIKE_CELL.fullmatch(cell.strip()) for cell in cells)
+
+
+def _parse_json(path: Path, source_lang: str, target_lang: str) -> Iterator[tuple[int, str, str]]:
+    lines = [line for _, line in iter_lines(path)]
+    first = next((index for index, line in enumerate(lines) if line.strip()), None)
+    if first is None:
+        yield from _parse_json_lines(path, lines, source_lang, target_lang)
+        return
+    first_line = lines[first].strip()
+    one_line = not any(line.strip() for line in lines[first + 1 :])
+    # JSON lines when the first line holds a value of its own, or was meant to (it ends like one): then a broken
+    # record is reported at its own line. A document (an array or object over several lines) opens otherwise.
+    if not one_line and (_is_json(first_line) or first_line.endswith(("}", "]"))):
+        yield from _parse_json_lines(path, lines, source_lang, target_lang)
+        return
+    text = "\n".join(lines)
+    line_starts = [0, *(match.end() for match in re.finditer("\n", text))]
+    start = JSON_WHITESPACE.match(text).end()
+    try:
+        if text.startswith("[", start):
+            records, end = _json_members(text, start)
+        else:
+            record, end = JSON_DECODER.raw_decode(text, start)
+            records = [(start, None, record)]
+            where = f"{path} line {bisect_right(line_starts, start)}"
+            if isinstance(record, dict) and not _is_record(record, where, source_lang, target_lang):
+                # An object holding the records under a key, as datasets' json loader reads with field="key".
+                lists = [member for member in _json_members(text, start)[0] if isinstance(member[2], list)]
+                if len(lists) > 1:
+                    keys = ", ".join(repr(key) for _, key, _ in lists)
+                    raise HfEntmaxValueError(
+                        f"{path}: the JSON object holds several lists ({keys}); expected the records in one list, "
+                        "a JSON array, or JSON lines"
+                    )
+                if lists:
+                    records, _ = _json_members(text, lists[0][0])
+        trailing = JSON_WHITESPACE.match(text, end).end()
+        if trailing < len(text):
+            raise json.JSONDecodeError("Extra data", text, trailing)
+    except json.JSONDecodeError as error:
+        raise HfEntmaxValueError(
+            f"{path} line {error.lineno}: invalid JSON ({error.msg} at column {error.colno})"
+        ) from None
+    for offset, _, record in records:
+        line_no = bisect_right(line_starts, offset)
+        yield line_no, *_record_pair(record, f"{path} line {line_no}", source_lang, target_lang)
+
+
+def _parse_json_lines(
+    path: Path, lines: list[str], source_lang: str, target_lang: str
+) -> Iterator[tuple[int, str, str]]:
+    for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             yield line_no, "", ""
             continue
@@ -281,12 +571,56 @@ def _parse_jsonl(path: Path, source_lang: str, target_lang: str) -> Iterator[tup
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise HfEntmaxValueError(f"{where}: invalid JSON ({error.msg} at column {error.colno})") from None
-        if not isinstance(record, dict) or "translation" not in record:
-            found = f"keys {sorted(record)}" if isinstance(record, dict) else f"a JSON {type(record).__name__}"
-            raise HfEntmaxValueError(
-                f'{where}: expected an object with a "translation" key, like '
-                f'{{"translation": {{"{source_lang}": "...", "{target_lang}": "..."}}}}; found {found}'
-            )
+        yield line_no, *_record_pair(record, where, source_lang, target_lang)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _json_members(text: str, start: int) -> tuple[list[tuple[int, str | None, object]], int]:
+    """``(offset, key, value)`` of each element of the JSON array (key None) or object starting at ``text[start]``,
+    and the offset after it. Decoding member by member keeps each record's offset, hence its line for messages.
+
+    Raises:
+        json.JSONDecodeError: With the position of the first syntax error.
+    """
+    closing = "]" if text[start] == "[" else "}"
+    members = []
+    index = JSON_WHITESPACE.match(text, start + 1).end()
+    if text.startswith(closing, index):
+        return members, index + 1
+    while True:
+        key = None
+        if closing == "}":
+            if not text.startswith('"', index):
+                raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, index)
+            key, index = JSON_DECODER.raw_decode(text, index)
+            index = JSON_WHITESPACE.match(text, index).end()
+            if not text.startswith(":", index):
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, index)
+            index = JSON_WHITESPACE.match(text, index + 1).end()
+        value, end = JSON_DECODER.raw_decode(text, index)
+        members.append((index, key, value))
+        index = JSON_WHITESPACE.match(text, end).end()
+        if text.startswith(closing, index):
+            return members, index + 1
+        if not text.startswith(",", index):
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, index)
+        index = JSON_WHITESPACE.match(text, index + 1).end()
+
+
+def _is_record(record: dict, where: str, source_lang: str, target_lang: str) -> bool:
+    return "translation" in record or _side_columns(list(record), source_lang, target_lang, where) is not None
+
+
+def _record_pair(record: object, where: str, source_lang: str, target_lang: str) -> tuple[str, str]:
+    """The (source, target) of a JSON record: ``{"translation": {lang: ...}}`` or flat ``{lang: ...}``."""
+    if isinstance(record, dict) and "translation" in record:
         translation = record["translation"]
         if not isinstance(translation, dict):
             raise HfEntmaxValueError(
@@ -298,36 +632,185 @@ def _parse_jsonl(path: Path, source_lang: str, target_lang: str) -> Iterator[tup
                 f'{where}: "translation" has no {" or ".join(map(repr, missing))} key (keys present: '
                 f"{', '.join(map(repr, translation)) or 'none'})"
             )
-        for lang in (source_lang, target_lang):
-            if not isinstance(translation[lang], str):
-                raise HfEntmaxValueError(
-                    f'{where}: "translation"[{lang!r}] must be a string, got {type(translation[lang]).__name__}'
-                )
-        yield line_no, translation[source_lang], translation[target_lang]
+        sides = [(f'"translation"[{lang!r}]', translation[lang]) for lang in (source_lang, target_lang)]
+    else:
+        keys = list(record) if isinstance(record, dict) else []
+        columns = _side_columns(keys, source_lang, target_lang, where) if isinstance(record, dict) else None
+        if columns is None:
+            found = f"keys {keys}" if isinstance(record, dict) else f"a JSON {type(record).__name__}"
+            raise HfEntmaxValueError(
+                f'{where}: expected an object with a "translation" key or keys "{source_lang}" and "{target_lang}", '
+                f'like {{"translation": {{"{source_lang}": "...", "{target_lang}": "..."}}}} or '
+                f'{{"{source_lang}": "...", "{target_lang}": "..."}}; found {found}'
+            )
+        sides = [(f"key {keys[column]!r}", record[keys[column]]) for column in columns]
+    for name, value in sides:
+        if not isinstance(value, str):
+            raise HfEntmaxValueError(f"{where}: {name} must be a string, got {type(value).__name__}")
+    return sides[0][1], sides[1][1]
+
+
+def _read_parquet(path: Path, source_lang: str, target_lang: str) -> Dataset:
+    # pyarrow directly: datasets.load_dataset("parquet") would first copy the file into its cache.
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as error:
+        raise HfEntmaxValueError(f"{path}: not a readable Parquet file ({_one_line(error)})") from None
+    sources, targets = _table_sides(table, str(path), source_lang, target_lang)
+    return _build_dataset(sources, targets, str(path), source_lang, target_lang)
+
+
+def _table_sides(
+    table: pa.Table, description: str, source_lang: str, target_lang: str
+) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+    """The source and target string columns of a table: fields of its ``translation`` struct, or flat columns."""
+    names = table.column_names
+    if "translation" in names:
+        column = table.column("translation")
+        if not pa.types.is_struct(column.type):
+            raise HfEntmaxValueError(
+                f"{description}: column 'translation' holds {column.type} values, expected records of sentences by "
+                "language code (a datasets.Translation feature)"
+            )
+        fields = [column.type.field(index).name for index in range(column.type.num_fields)]
+        missing = [lang for lang in (source_lang, target_lang) if lang not in fields]
+        if missing:
+            raise HfEntmaxValueError(
+                f"{description}: column 'translation' has no {' or '.join(map(repr, missing))} field "
+                f"(fields: {', '.join(map(repr, fields)) or 'none'})"
+            )
+        sides = [(f"'translation'.{lang}", pc.struct_field(column, lang)) for lang in (source_lang, target_lang)]
+    else:
+        columns = _side_columns(names, source_lang, target_lang, description)
+        if columns is None:
+            raise HfEntmaxValueError(
+                f"{description}: expected a 'translation' column or columns named {source_lang!r} and "
+                f"{target_lang!r} (or 'source' and 'target'); found columns {', '.join(map(repr, names)) or 'none'}"
+            )
+        sides = [(repr(names[index]), table.column(index)) for index in columns]
+    checked = []
+    for name, column in sides:
+        if pa.types.is_null(column.type):  # a column of missing values only: all its pairs are empty
+            column = column.cast(pa.string())
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            raise HfEntmaxValueError(f"{description}: column {name} holds {column.type} values, expected strings")
+        checked.append(column)
+    return checked[0], checked[1]
+
+
+def _dataset_from_lines(
+    pairs: Iterable[tuple[int, str, str]], description: str, source_lang: str, target_lang: str
+) -> Dataset:
+    """A translation dataset from the ``(line_no, source, target)`` pairs of a text file."""
+    line_numbers, sources, targets = [], [], []
+    for line_no, source, target in pairs:
+        line_numbers.append(line_no)
+        sources.append(source)
+        targets.append(target)
+    return _build_dataset(
+        pa.array(sources, pa.string()),
+        pa.array(targets, pa.string()),
+        description,
+        source_lang,
+        target_lang,
+        line_numbers,
+    )
 
 
 def _build_dataset(
-    pairs: Iterable[tuple[int, str, str]], description: str, source_lang: str, target_lang: str
+    sources: pa.Array | pa.ChunkedArray,
+    targets: pa.Array | pa.ChunkedArray,
+    description: str,
+    source_lang: str,
+    target_lang: str,
+    line_numbers: Sequence[int] | None = None,
 ) -> Dataset:
-    """Turn ``(line_no, source, target)`` pairs into a translation dataset, skipping pairs with an empty side."""
-    rows, skipped = [], []
-    for line_no, source, target in pairs:
-        source, target = source.strip(), target.strip()
-        if not source or not target:
-            skipped.append(line_no)
-            continue
-        rows.append({source_lang: source, target_lang: target})
-    if skipped:
-        listed = ", ".join(map(str, skipped[:MAX_LISTED_LINES])) + (", ..." if len(skipped) > MAX_LISTED_LINES else "")
-        noun = "line" if len(skipped) == 1 else "lines"
+    """Pair two string columns into a translation dataset, stripped, skipping pairs with an empty or missing side.
+
+    Args:
+        sources: One string (or null) per pair, shape ``(num_pairs,)``.
+        targets: The same for the target side.
+        description: Where the pairs come from, for messages.
+        source_lang: Language code of the source side.
+        target_lang: Language code of the target side.
+        line_numbers: The 1-based line of each pair in a text file; None for a table, whose pairs are rows.
+    """
+    # Arrow's whitespace is Python's str.isspace set; the work stays in arrow, so a Hub-sized split is not turned
+    # into Python objects.
+    sources, targets = (pc.utf8_trim_whitespace(pc.fill_null(side, "")) for side in (sources, targets))
+    empty = pc.or_(pc.equal(pc.utf8_length(sources), 0), pc.equal(pc.utf8_length(targets), 0))
+    num_skipped = pc.sum(empty).as_py() or 0
+    noun = "line" if line_numbers is not None else "row"
+    if num_skipped:
+        first_skipped = pc.indices_nonzero(empty)[:MAX_LISTED_LINES].to_pylist()
+        positions = [line_numbers[index] if line_numbers is not None else index + 1 for index in first_skipped]
+        nouns = noun if num_skipped == 1 else noun + "s"
         logger.warning(
-            f"skipped {len(skipped)} {noun} with an empty source or target in {description} ({noun} {listed})"
+            f"skipped {num_skipped} {nouns} with an empty source or target in {description} "
+            f"({nouns} {_listed(positions, num_skipped)})"
         )
-    if not rows:
+    if num_skipped == len(empty):
         raise HfEntmaxValueError(
             f"{description} contains no sentence pairs"
-            + (f" ({len(skipped)} lines had an empty source or target)" if skipped else " (no lines at all)")
+            + (f" ({num_skipped} {noun}s had an empty source or target)" if num_skipped else f" (no {noun}s at all)")
         )
+    pairs = pa.table({"source": sources, "target": targets}).filter(pc.invert(empty))
+    translation = pa.chunked_array(
+        [pa.StructArray.from_arrays(batch.columns, names=[source_lang, target_lang]) for batch in pairs.to_batches()]
+    )
     # The Translation feature is the one wmt16/opus use, so Hub and local data go through the same preprocessing.
     features = Features({"translation": Translation(languages=[source_lang, target_lang])})
-    return Dataset.from_dict({"translation": rows}, features=features)
+    return Dataset.from_dict({"translation": translation}, features=features)
+
+
+def _choose_splits(split_names: list[str], dataset_name: str) -> dict[str, str]:
+    """The dataset's split serving as each of ours (train, validation, test, in this order) by name."""
+    chosen, ignored = {}, []
+    for name in split_names:
+        split = SPLIT_ALIASES.get(name.lower())
+        if split is None:
+            ignored.append(name)
+        elif split in chosen:
+            raise HfEntmaxValueError(
+                f"dataset {dataset_name!r} has splits {chosen[split]!r} and {name!r}, which would both serve as the "
+                f"{split} split; keep one"
+            )
+        else:
+            chosen[split] = name
+    if not chosen:
+        raise HfEntmaxValueError(
+            f"dataset {dataset_name!r} has none of the splits train, validation (or valid, dev, val) and test "
+            f"(splits: {', '.join(map(repr, split_names)) or 'none'})"
+        )
+    if ignored:
+        logger.warning(
+            f"dataset {dataset_name!r}: left out split(s) {', '.join(map(repr, ignored))}, which are none of train, "
+            "validation (valid, dev, val) and test"
+        )
+    return {split: chosen[split] for split in SPLITS if split in chosen}
+
+
+def _listed(first_positions: Sequence[int], total: int) -> str:
+    """The first line or row numbers of a warning, with "..." when there are more."""
+    return ", ".join(map(str, first_positions)) + (", ..." if total > len(first_positions) else "")
+
+
+def _is_saved_dataset(folder: Path) -> bool:
+    return (folder / datasets.config.DATASETDICT_JSON_FILENAME).is_file() or (
+        folder / datasets.config.DATASET_STATE_JSON_FILENAME
+    ).is_file()
+
+
+def _load_with_datasets(path: str, config_name: str | None, what: str, advice: str) -> DatasetDict:
+    try:
+        return datasets.load_dataset(path, config_name)
+    except Exception as error:  # the datasets library raises many kinds; all mean "could not load"
+        raise HfEntmaxValueError(f"could not load {what}: {_one_line(error)}. {advice}") from error
+
+
+def _one_line(error: BaseException) -> str:
+    """An exception's message on one line, with its cause's (datasets wraps the informative error in a generic one)."""
+    message = " ".join(str(error).split())
+    if error.__cause__ is not None:
+        message += f" ({' '.join(str(error.__cause__).split())})"
+    return message
