@@ -21,8 +21,8 @@ training script preprocesses every input the same way. Supported inputs:
 Flat columns (a .csv/.tsv header, flat JSON records, Parquet and dataset columns) are found by name: the two language
 codes in any order and case, else ``source``/``target`` (or ``src``/``tgt``). The first row of a .csv/.tsv file is a
 header only if it names the columns so; without one, column 1 is the source and column 2 the target. A first row that
-names other language codes is an error; one of plain words ("English", "text_de") is read as a sentence pair with a
-warning, since short sentence pairs look the same.
+names other language codes is an error; one of plain words ("English", "text_de") above rows that are not is read as
+a sentence pair with a warning (short pairs such as "Danke<TAB>Thanks" look the same; a word list gets no warning).
 
 Bad input fails before any training starts, with one line naming the file, the 1-based line (or row) and what was
 expected. Pairs with an empty source or target (missing cells included) are skipped with one warning per file.
