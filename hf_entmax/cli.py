@@ -21,7 +21,8 @@ SUBCOMMANDS = {
 
 def usage() -> str:
     lines = ["usage: hf-entmax <command> [arguments]  (hf-entmax <command> --help for its arguments)", "", "commands:"]
-    lines += [f"  {name:<8} {module.HELP}" for name, module in SUBCOMMANDS.items()]
+    width = max(map(len, SUBCOMMANDS))
+    lines += [f"  {name:<{width}}  {module.HELP}" for name, module in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 

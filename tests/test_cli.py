@@ -12,8 +12,8 @@ def test_without_a_command_usage_is_printed(capsys):
     assert main([]) == 2
     assert "commands:" in capsys.readouterr().out
     assert main(["--help"]) == 0
-    assert main(["translate"]) == 2
-    assert "unknown command 'translate'" in capsys.readouterr().err
+    assert main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
 
 
 def test_train_arguments_from_flags_and_from_a_json_file(tmp_path):

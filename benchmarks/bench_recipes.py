@@ -1,0 +1,191 @@
+"""What `hf-entmax train`'s default recipes reach at a fixed budget, through the commands users type (Multi30k de→en).
+
+    python benchmarks/bench_recipes.py --data_dir ../shared/data/multi30k [--max_steps 1200] [--fine_tune_steps 400]
+        [--markdown docs/tables/recipes.md]
+
+Runs, each a `hf-entmax` command line (logged with its output under --output_dir):
+
+1. a fresh `small` model with no optimiser flags: the from-scratch recipe (adaptive α, the config's default start);
+2. the same with `--recipe none`: Trainer's defaults (learning rate 5e-5, linear decay, no warm-up), as before;
+3. a softmax parent (α = 1 fixed, from-scratch recipe), saved as a plain MarianMT folder, the stand-in for an
+   OPUS-MT checkpoint (there is no network here);
+4. the parent converted (`hf-entmax convert`), then fine-tuned with learned α from 1.1 and no optimiser flags (the
+   fine-tuning recipe) for --fine_tune_steps steps; before that, the converted model with α = 1.1 untrained is
+   evaluated (`--do_train False`) to show what fine-tuning recovers.
+
+Prints (and writes with --markdown) validation and test BLEU/chrF of each, with the sacreBLEU signature.
+"""
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+
+FIXED = ["--learn_alpha", "False"]
+TEST = "test_2016_flickr"
+
+
+def run(command: list[str], log: Path) -> None:
+    """Run one command line, its output appended to ``log``; stop the benchmark if it fails."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        handle.write(f"$ {shlex.join(command)}\n")
+        handle.flush()
+        completed = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT)
+    if completed.returncode != 0:
+        sys.exit(f"failed ({completed.returncode}): {shlex.join(command)}; see {log}")
+
+
+def save_as_marian(folder: Path, output: Path) -> None:
+    """An AdaptiveEntmaxMarian folder with α = 1 fixed is Marian weight for weight: save it as a MarianMT folder."""
+    from transformers import AutoTokenizer, MarianConfig, MarianMTModel
+
+    from hf_entmax import AdaptiveEntmaxMarianMTModel
+
+    model = AdaptiveEntmaxMarianMTModel.from_pretrained(folder)
+    fields = {key: value for key, value in model.config.to_dict().items() if key in MarianConfig.__dataclass_fields__}
+    marian = MarianMTModel(MarianConfig(**fields))
+    marian.load_state_dict(model.state_dict())
+    marian.generation_config = model.generation_config
+    marian.save_pretrained(output)
+    AutoTokenizer.from_pretrained(folder, config=model.config).save_pretrained(output)
+
+
+def scores(folder: Path) -> dict:
+    summary = json.loads((folder / "training_summary.json").read_text())
+    metrics = summary["metrics"]
+    return {
+        "validation BLEU": metrics.get("eval_bleu"),
+        "validation chrF": metrics.get("eval_chrf"),
+        "test BLEU": metrics.get("test_bleu"),
+        "test chrF": metrics.get("test_chrf"),
+        "signature": summary["sacrebleu_signatures"]["bleu_signature"],
+        "recipe": summary["recipe"],
+        "mean α": {
+            kind: round(sum(map(sum, rows)) / sum(map(len, rows)), 2) for kind, rows in summary["alphas"].items()
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data_dir", default="../shared/data/multi30k")
+    parser.add_argument("--output_dir", default="benchmarks/outputs/recipes")
+    parser.add_argument("--max_steps", type=int, default=1200)
+    parser.add_argument("--fine_tune_steps", type=int, default=400)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--markdown", default=None, help="also write the table to this Markdown file")
+    parser.add_argument(
+        "--extra",
+        default="",
+        help="flags added to every hf-entmax train command, e.g. for a quick check of the script",
+    )
+    arguments = parser.parse_args()
+
+    data = Path(arguments.data_dir)
+    out = Path(arguments.output_dir)
+    log = out / "commands.log"
+    cli = ["hf-entmax"]
+    pair = ["--source_lang", "de", "--target_lang", "en"]
+    evaluation = [
+        "--validation_source_file", str(data / "val.de"), "--validation_target_file", str(data / "val.en"),
+        "--test_source_file", str(data / f"{TEST}.de"), "--test_target_file", str(data / f"{TEST}.en"),
+    ]  # fmt: skip
+    training = ["--train_source_file", str(data / "train.de"), "--train_target_file", str(data / "train.en")]
+    common = [*pair, *evaluation, "--per_device_train_batch_size", str(arguments.batch_size)]
+    common += ["--save_strategy", "no", "--report_to", "none", "--seed", str(arguments.seed), "--disable_tqdm", "True"]
+    common += shlex.split(arguments.extra)
+    budget = ["--max_steps", str(arguments.max_steps)]
+
+    rows = {}
+    for name, folder_name, extra in (
+        ("fresh model, default recipe (from-scratch)", "fresh_default", []),
+        ("fresh model, --recipe none (Trainer's defaults)", "fresh_recipe_none", ["--recipe", "none"]),
+        (
+            "softmax parent (α = 1 fixed), default recipe",
+            "softmax_parent",
+            ["--alpha_init", "1", "--learn_alpha", "False"],
+        ),
+    ):
+        folder = out / folder_name
+        if not (folder / "training_summary.json").exists():
+            run([*cli, "train", *training, *common, *budget, *extra, "--output_dir", str(folder)], log)
+        rows[name] = scores(folder)
+
+    marian = out / "marian_parent"
+    if not (marian / "config.json").exists():
+        save_as_marian(out / "softmax_parent", marian)
+    converted = out / "converted"
+    if not (converted / "config.json").exists():
+        run([*cli, "convert", "--model", str(marian), "--output", str(converted), "--no-check_load"], log)
+    alpha_start = ["--learn_alpha", "True", "--alpha_init", "1.1"]
+    untrained = out / "converted_alpha_1.1_untrained"
+    if not (untrained / "training_summary.json").exists():
+        run(
+            [
+                *cli,
+                "train",
+                "--model_name_or_path",
+                str(converted),
+                *alpha_start,
+                "--do_train",
+                "False",
+                "--do_eval",
+                "True",
+                "--do_predict",
+                "True",
+                *common,
+                "--output_dir",
+                str(untrained),
+            ],
+            log,
+        )
+    rows["parent converted, α learned from 1.1, before fine-tuning"] = scores(untrained)
+    fine_tuned = out / "converted_fine_tuned"
+    if not (fine_tuned / "training_summary.json").exists():
+        run(
+            [
+                *cli,
+                "train",
+                "--model_name_or_path",
+                str(converted),
+                *alpha_start,
+                *training,
+                *common,
+                "--max_steps",
+                str(arguments.fine_tune_steps),
+                "--output_dir",
+                str(fine_tuned),
+            ],
+            log,
+        )
+    rows[f"… fine-tuned {arguments.fine_tune_steps} steps, default recipe (fine-tuning)"] = scores(fine_tuned)
+
+    lines = [
+        "| run | recipe | validation BLEU | validation chrF | test BLEU | test chrF | mean α (enc, dec, cross) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name, row in rows.items():
+        alphas = ", ".join(f"{value:.2f}" for value in row["mean α"].values())
+        lines.append(
+            f"| {name} | {row['recipe']} | {row['validation BLEU']:.1f} | {row['validation chrF']:.1f} | "
+            f"{row['test BLEU']:.1f} | {row['test chrF']:.1f} | {alphas} |"
+        )
+    signature = next(iter(rows.values()))["signature"]
+    lines += [
+        "",
+        f"sacreBLEU {signature}; {arguments.max_steps} steps × batch {arguments.batch_size}, seed {arguments.seed}.",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    if arguments.markdown:
+        Path(arguments.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(arguments.markdown).write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
