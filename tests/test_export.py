@@ -18,6 +18,7 @@ from hf_entmax.conversion import (
     measure_attention_sparsity,
     render_model_card,
 )
+from hf_entmax.conversion.model_card import CONVERTED_TAG
 from hf_entmax.errors import HfEntmaxValueError
 
 
@@ -30,6 +31,42 @@ SUMMARY = {
     "world_size": 1,
     "metrics": {"eval_bleu": 35.123, "eval_chrf": 56.5, "test_bleu": 34.2, "test_chrf": 54.25, "train_loss": 2.1},
     "hyperparameters": {"learning_rate": 0.001, "alpha_learning_rate": 0.01, "per_device_train_batch_size": 64},
+}
+# What `hf-entmax train` writes today (the keys above and those of /work/notes/summary_schema.md).
+FULL_SUMMARY = {
+    **SUMMARY,
+    "model_name": "my-de-en",
+    "data": {"train_file": "/home/someone/data/train.tsv", "validation_file": "/home/someone/data/valid.tsv"},
+    "dataset_config_name": None,
+    "base_model": None,
+    "base_model_type": None,
+    "did_train": True,
+    "metrics": {**SUMMARY["metrics"], "eval_loss": 2.25, "test_loss": 2.5},
+    "sacrebleu_signatures": {
+        "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+        "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
+    },
+    "recipe": "from-scratch",
+    "hyperparameters": {
+        "learning_rate": 0.001,
+        "alpha_learning_rate": 0.01,
+        # Summaries written before enums were recorded by value hold the enum's repr: the card shows the value.
+        "lr_scheduler_type": "SchedulerType.INVERSE_SQRT",
+        "warmup_steps": 120,
+        "optimizer": "adamw_torch (betas=(0.9, 0.98), epsilon=1e-08)",
+        "per_device_train_batch_size": 32,
+        "gradient_accumulation_steps": 2,
+        "max_steps": 1200,
+        "num_train_epochs": 3.0,  # ignored by Trainer when max_steps > 0: not on the card
+        "generation_num_beams": 4,
+    },
+    "evaluations": [
+        {"step": 600, "epoch": 1.5, "training_loss": 3.125, "validation_loss": 2.75, "bleu": 20.25, "chrf": 45.5},
+        {"step": 1200, "epoch": 3.0, "training_loss": None, "validation_loss": 2.25, "bleu": 35.123, "chrf": 56.5},
+    ],
+    "tokenizer": "a joint SentencePiece unigram tokenizer (8,000 pieces) trained on the training data",
+    "preprocessing": {"max_source_length": 128, "max_target_length": 64, "source_prefix": None},
+    "framework_versions": {"hf_entmax": "0.1.0", "transformers": "5.24.0", "torch": "2.13.0+cpu"},
 }
 
 
@@ -98,6 +135,7 @@ def test_model_card_metadata_round_trips_and_the_body_has_the_alpha_table(model,
     assert card.data.pipeline_tag == "translation"
     assert {"entmax", "sparse-attention", "multi30k"} <= set(card.data.tags)
     assert card.data.base_model == "Helsinki-NLP/opus-mt-de-en"
+    assert card.data.base_model_relation == "finetune"  # the summary's run trained, from that base
     assert card.data.datasets == ["bentrevett/multi30k"]
     scores = {(result.dataset_split, result.metric_type): result.metric_value for result in card.data.eval_results}
     assert scores == {("validation", "bleu"): 35.12, ("validation", "chrf"): 56.5, ("test", "bleu"): 34.2,
@@ -117,6 +155,11 @@ def test_model_card_metadata_round_trips_and_the_body_has_the_alpha_table(model,
     assert "- `alpha_learning_rate`: 0.01" in body and "- `global_step`: 1200" in body
     assert "@inproceedings{correia2019adaptively" in body
     assert "Attention sparsity" not in body  # not measured
+    assert (
+        "It was fine-tuned from [`Helsinki-NLP/opus-mt-de-en`](https://huggingface.co/Helsinki-NLP/opus-mt-de-en)"
+        in body
+    )
+    assert "carried over unchanged" not in body
 
 
 def test_attention_sparsity_is_measured_and_shown(tokenizer, tmp_path):
@@ -154,31 +197,77 @@ def test_folder_without_remote_code_fails_the_load_check(model, tokenizer, tmp_p
         check_folder_loads(folder)
 
 
+def make_training_output(model, tokenizer, folder, summary):
+    """What `hf-entmax train` leaves behind: the model, its records, and checkpoints with pickled training state."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "training_summary.json").write_text(json.dumps(summary))
+    for name in ("alpha_history.json", "all_results.json", "trainer_state.json"):
+        (folder / name).write_text("{}")
+    (folder / "training_args.bin").write_bytes(b"pickle")
+    checkpoint = folder / "checkpoint-2"
+    model.save_pretrained(checkpoint)
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"):
+        (checkpoint / name).write_bytes(b"pickle")
+    return folder
+
+
 def test_export_command_builds_the_card_from_the_training_summary(model, tokenizer, tmp_path, capsys):
-    trained = tmp_path / "trained"  # what `hf-entmax train` leaves behind, pickled training arguments included
-    model.save_pretrained(trained)
-    tokenizer.save_pretrained(trained)
-    (trained / "training_summary.json").write_text(json.dumps({**SUMMARY, "base_model": None}))
-    (trained / "training_args.bin").write_bytes(b"pickle")
+    trained = make_training_output(model, tokenizer, tmp_path / "trained", {**SUMMARY, "base_model": None})
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(SENTENCES[:3]))
 
     output = tmp_path / "hub"
     arguments = ["export", "--model", str(trained), "--output", str(output), "--repo_id", "someone/entmax-de-en"]
-    assert main([*arguments, "--sparsity_sentences", str(sentences), "--no-check_load"]) == 0
+    assert main([*arguments, "--sparsity_sentences", str(sentences)]) == 0  # with the load check
     assert "Wrote the Hub-ready folder" in capsys.readouterr().out
     assert find_pickle_files(output) == []
+    assert not (output / "checkpoint-2").exists()
+    for name in ("training_summary.json", "alpha_history.json", "all_results.json", "trainer_state.json"):
+        assert (output / name).read_bytes() == (trained / name).read_bytes(), name
     card = ModelCard.load(output / "README.md")
     assert card.data.language == ["de", "en"]
+    assert card.data.model_name == "entmax-de-en"
     assert {result.metric_value for result in card.data.eval_results} == {35.12, 56.5, 34.2, 54.25}
     assert "### Attention sparsity" in card.text
     assert "(29,000 pairs" not in card.text and "train: 29,000 pairs" in card.text
+    assert "It was trained from scratch" in card.text
 
     (tmp_path / "marian").mkdir()
     (tmp_path / "marian" / "config.json").write_text(json.dumps({"model_type": "marian"}))
     assert main(["export", "--model", str(tmp_path / "marian"), "--output", str(tmp_path / "out")]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "convert it with `hf-entmax convert`" in error
+
+
+def test_export_names_the_card_after_the_run_and_the_dataset_reaches_the_model_index(model, tokenizer, tmp_path):
+    trained = make_training_output(model, tokenizer, tmp_path / "trained", FULL_SUMMARY)
+    output = tmp_path / "hub"
+    arguments = ["export", "--model", str(trained), "--output", str(output), "--no-check_load"]
+    assert main([*arguments, "--dataset", "wmt/wmt16", "--dataset", "other/corpus"]) == 0
+    card = ModelCard.load(output / "README.md")
+    assert card.data.model_name == "my-de-en"  # the run's name, not "this-model" nor the export folder's
+    assert card.text.startswith("\n# my-de-en\n")
+    assert card.data.datasets == ["wmt/wmt16", "other/corpus"]
+    assert {(result.dataset_type, result.dataset_name) for result in card.data.eval_results} == {
+        ("wmt/wmt16", "wmt/wmt16")
+    }
+    assert "| wmt/wmt16 | test | 2.5000 | 34.20 | 54.25 |" in card.text
+    assert "local files (`train.tsv`, `valid.tsv`)" in card.text and "/home/someone" not in card.text
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--repo_id", "someone/my model"), ("--dataset", "a/b/c"), ("--base_model", "someone/name-")]
+)
+def test_export_refuses_a_bad_hub_id_in_one_line(model, tokenizer, tmp_path, capsys, flag, value):
+    model.save_pretrained(tmp_path / "trained")
+    tokenizer.save_pretrained(tmp_path / "trained")
+    capsys.readouterr()  # the saving's progress bars
+    arguments = ["export", "--model", str(tmp_path / "trained"), "--output", str(tmp_path / "hub"), flag, value]
+    assert main(arguments) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"{flag} {value!r} is not a Hub repo id" in error
+    assert not (tmp_path / "hub").exists()
 
 
 def test_export_puts_the_head_analysis_into_the_card(model, tokenizer, tmp_path, capsys):
@@ -212,3 +301,156 @@ def test_export_puts_the_head_analysis_into_the_card(model, tokenizer, tmp_path,
     assert last_line.startswith("hf-entmax export: error: --analysis") and "has other encoder_self α" in last_line
     assert main([*arguments, "--analysis", str(tmp_path)]) == 1
     assert "no report.json there" in capsys.readouterr().err
+
+
+def test_a_training_output_card_has_its_results_evaluations_and_settings(model, tmp_path):
+    render_model_card(model, ModelCardInfo.from_training_summary(FULL_SUMMARY)).save(tmp_path / "README.md")
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.model_name == "my-de-en"
+    assert card.data.base_model is None and getattr(card.data, "base_model_relation", None) is None
+    assert card.data.datasets is None  # local files are no Hub dataset
+
+    body = card.text
+    assert body.startswith("\n# my-de-en\n")
+    assert 'from_pretrained("path/to/my-de-en", trust_remote_code=True)' in body
+    assert "It was trained from scratch: randomly initialised, no pre-trained checkpoint." in body
+    assert "carried over unchanged" not in body
+    # Final results with their loss, the signatures that define them, and every evaluation during training.
+    assert "| local files | validation | 2.2500 | 35.12 | 56.50 |" in body
+    assert "- BLEU: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`" in body
+    assert "- chrF: `nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0`" in body
+    assert "| step | epoch | training loss | validation loss | BLEU | chrF |" in body
+    assert "| 600 | 1.50 | 3.1250 | 2.7500 | 20.25 | 45.50 |" in body
+    assert "| 1200 | 3.00 | – | 2.2500 | 35.12 | 56.50 |" in body
+    # Hyper-parameters as plain values: the recipe, only the step budget that governed, the total batch size.
+    for line in (
+        "- `recipe`: from-scratch",
+        "- `lr_scheduler_type`: inverse_sqrt",
+        "- `optimizer`: adamw_torch (betas=(0.9, 0.98), epsilon=1e-08)",
+        "- `learning_rate`: 0.001",
+        "- `max_steps`: 1200",
+        "- `total_train_batch_size`: 64",  # 32 per device × 2 accumulation steps × 1 device
+    ):
+        assert line in body, line
+    assert "num_train_epochs" not in body and "SchedulerType" not in body
+    assert "- Tokenizer: a joint SentencePiece unigram tokenizer (8,000 pieces) trained on the training data" in body
+    assert "- Preprocessing: sources truncated to 128 tokens; targets truncated to 64 tokens; no source prefix" in body
+    assert "Trained with:\n\n- hf_entmax 0.1.0\n- transformers 5.24.0\n- torch 2.13.0+cpu" in body
+    assert "## Intended uses & limitations\n\nTranslation from de to en of text like the training data" in body
+
+
+def test_the_epochs_appear_when_they_governed_training(model):
+    hyperparameters = {**FULL_SUMMARY["hyperparameters"], "max_steps": -1}
+    body = render_model_card(
+        model, ModelCardInfo.from_training_summary({**FULL_SUMMARY, "hyperparameters": hyperparameters})
+    ).text
+    assert "- `num_train_epochs`: 3.0" in body and "max_steps" not in body
+
+
+def test_the_card_tells_how_the_model_relates_to_its_base(model, tmp_path):
+    def card_of(info: ModelCardInfo) -> ModelCard:
+        render_model_card(model, info).save(tmp_path / "README.md")
+        return ModelCard.load(tmp_path / "README.md")
+
+    # Fine-tuned from a Marian checkpoint on the Hub: the Hub's model tree lists it as a finetune.
+    hub_base = {**FULL_SUMMARY, "base_model": "Helsinki-NLP/opus-mt-de-en", "base_model_type": "marian"}
+    card = card_of(ModelCardInfo.from_training_summary(hub_base))
+    assert (card.data.base_model, card.data.base_model_relation) == ("Helsinki-NLP/opus-mt-de-en", "finetune")
+    assert (
+        "fine-tuned from [`Helsinki-NLP/opus-mt-de-en`](https://huggingface.co/Helsinki-NLP/opus-mt-de-en)"
+        in card.text
+    )
+    assert "a MarianMT model whose softmax attention became α-entmax" in card.text
+    assert "carried over unchanged" not in card.text and CONVERTED_TAG not in card.data.tags
+
+    # Fine-tuned from a local folder: named in the text only (a local path means nothing on the Hub).
+    local = tmp_path / "runs" / "converted-base"
+    local.mkdir(parents=True)
+    local_base = {
+        **FULL_SUMMARY,
+        "base_model": str(local),
+        "base_model_type": "adaptive_entmax_marian",
+        "base_model_converted": True,
+    }
+    card = card_of(ModelCardInfo.from_training_summary(local_base))
+    assert card.data.base_model is None and getattr(card.data, "base_model_relation", None) is None
+    assert (
+        "It was fine-tuned from a local checkpoint (`converted-base`), an AdaptiveEntmaxMarian model converted "
+        "from MarianMT" in card.text
+    )
+    assert str(tmp_path) not in card.text
+
+    # Converted (what `hf-entmax convert` writes): no weight changed, which no Hub relation describes.
+    converted = ModelCardInfo(
+        model_id="someone/opus-mt-de-en-entmax",
+        base_model="Helsinki-NLP/opus-mt-de-en",
+        base_model_relation="converted",
+        hyperparameters={"alpha_init": 1.0},
+    )
+    card = card_of(converted)
+    assert card.data.base_model == "Helsinki-NLP/opus-mt-de-en"
+    assert getattr(card.data, "base_model_relation", None) is None and CONVERTED_TAG in card.data.tags
+    assert "every weight is carried over unchanged, only the attention changed from softmax to α-entmax" in card.text
+    assert "### Conversion settings" in card.text and "- `alpha_init`: 1.0" in card.text
+    assert "hf-entmax train --model_name_or_path someone/opus-mt-de-en-entmax" in card.text
+
+    # An evaluation-only run of a Marian checkpoint: the weights are the base's, converted on loading.
+    evaluated = {**hub_base, "did_train": False, "evaluations": []}
+    card = card_of(ModelCardInfo.from_training_summary(evaluated))
+    assert "every weight is carried over unchanged" in card.text
+    assert "This run evaluated the checkpoint without training it" in card.text
+    assert "Training hyper-parameters" not in card.text
+
+    with pytest.raises(HfEntmaxValueError, match="base_model_relation 'finetune': expected one of converted"):
+        ModelCardInfo(base_model_relation="finetune")
+
+
+def test_the_load_check_child_gets_no_secrets(model, tokenizer, tmp_path, monkeypatch):
+    folder = export_hub_folder(model, tokenizer, tmp_path / "hub")
+    report = tmp_path / "child.json"
+    payload = f"""
+import json as _json, os as _os
+from huggingface_hub import get_token as _get_token
+with open({str(report)!r}, "w") as _report:
+    _json.dump({{"environ": dict(_os.environ), "token": _get_token()}}, _report)
+"""
+    with open(folder / "configuration_adaptive_entmax_marian.py", "a", encoding="utf-8") as code:
+        code.write(payload)  # runs when the child loads the folder's code, and only there
+    secrets = {
+        "HF_TOKEN": "hf_secret_from_the_environment",
+        "HUGGING_FACE_HUB_TOKEN": "hf_secret_legacy",
+        "GITHUB_TOKEN": "ghp_secret",
+        "AWS_SECRET_ACCESS_KEY": "aws_secret",
+        "OPENAI_API_KEY": "sk_secret",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    hf_home = tmp_path / "hf_home"  # a stored login, where huggingface_hub would find it
+    hf_home.mkdir()
+    (hf_home / "token").write_text("hf_secret_stored_login")
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+
+    assert check_folder_loads(folder) <= 1e-4
+    seen = json.loads(report.read_text())
+    assert seen["token"] is None
+    assert not [name for name in seen["environ"] if any(word in name for word in ("TOKEN", "SECRET", "KEY"))]
+    text = report.read_text()
+    assert not [value for value in [*secrets.values(), "hf_secret_stored_login"] if value in text]
+    assert seen["environ"]["HF_HUB_OFFLINE"] == "1" and seen["environ"]["HF_HOME"] != str(hf_home)
+
+
+def test_the_load_check_loads_only_the_files_it_is_given(model, tokenizer, tmp_path):
+    folder = export_hub_folder(model, tokenizer, tmp_path / "hub")
+    # Everything but a code file the model needs: the check must fail although the folder itself is complete
+    # (that the selected files of a complete folder pass is tested by pushing a training output).
+    without_code = sorted(path.name for path in folder.iterdir() if path.name != "entmax.py")
+    with pytest.raises(HfEntmaxValueError, match=f"{folder} does not load without hf_entmax installed"):
+        check_folder_loads(folder, files=without_code)
+
+
+def test_a_model_trained_on_the_synthetic_pair_says_it_is_a_demonstration(model):
+    summary = {**FULL_SUMMARY, "data": "built-in synthetic pair", "source_lang": "en", "target_lang": "syn"}
+    card = render_model_card(model, ModelCardInfo.from_training_summary(summary))
+    assert "## Intended uses & limitations\n\nA demonstration: it was trained on hf_entmax's synthetic" in card.text
+    assert {result.dataset_name for result in card.data.eval_results} == {"hf_entmax synthetic pair"}
+    assert card.data.datasets is None

@@ -1,7 +1,12 @@
-"""`hf-entmax push`: everything up to the network call runs for real; the Hub client is a recording fake."""
+"""`hf-entmax push`: everything up to the network call runs for real; the Hub client is a recording fake
+(and, once, the real client pointed at a closed local port)."""
 
+import fnmatch
 import importlib
+import json
 import shutil
+import socket
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,11 +16,14 @@ from huggingface_hub.errors import HfHubHTTPError, Response
 
 from hf_entmax.cli import main
 from hf_entmax.conversion import export_hub_folder, push_folder
-from hf_entmax.errors import HfEntmaxError, HfEntmaxValueError
+from hf_entmax.conversion.push import HubTransportError
+from hf_entmax.errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
 
 
 class FakeHfApi:
     """Records what `HfApi` would have been asked to do; ``upload_error`` makes the upload fail."""
+
+    endpoint = "https://huggingface.co"
 
     def __init__(self, upload_error: Exception | None = None):
         self.calls = []
@@ -86,23 +94,120 @@ def test_a_pull_request_returns_its_url(hub_folder, online):
     assert api.calls[1][2]["create_pr"] is True
 
 
-def test_refuses_a_folder_with_pickle_files(hub_folder, tmp_path, online):
-    folder = shutil.copytree(hub_folder, tmp_path / "hub")
-    (folder / "training_args.bin").write_bytes(b"pickle")
+def add_training_leftovers(folder: Path) -> dict[str, list[str]]:
+    """Make ``folder`` look like an `hf-entmax train` output: a checkpoint, pickled training state, the run's
+    records, a figure the card shows, and things that must never reach the Hub. Returns the added paths by fate."""
+    uploaded = {
+        "training_summary.json": json.dumps({"model_name": "hub"}).encode(),
+        "alpha_history.json": b"[]",
+        "all_results.json": b"{}",
+        "trainer_state.json": b"{}",
+        "generated_predictions.txt": b"a translation\n",
+        "figures/alpha.png": b"\x89PNG alpha",  # shown by the card (below)
+    }
+    skipped = {
+        "checkpoint-2/optimizer.pt": b"pickle",
+        "checkpoint-2/scheduler.pt": b"pickle",
+        "checkpoint-2/rng_state.pth": b"pickle",
+        "checkpoint-2/training_args.bin": b"pickle",
+        "checkpoint-2/trainer_state.json": b"{}",
+        "checkpoint-2/model.safetensors": (folder / "model.safetensors").read_bytes(),
+        "training_args.bin": b"pickle",
+        ".env": b"HF_TOKEN=hf_do_not_upload",
+        ".ssh/id_ed25519": b"-----BEGIN OPENSSH PRIVATE KEY-----",
+        ".git/config": b"[core]",
+        "notes.txt": b"try a larger alpha learning rate",
+        "sweep.py": b"import os",  # code the config does not load
+        "figures/draft.png": b"\x89PNG draft",  # not shown by the card
+    }
+    for name, content in {**uploaded, **skipped}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(content)
+    with open(folder / "README.md", "a", encoding="utf-8") as card:
+        card.write("\n![α per head](figures/alpha.png)\n")
+    return {"uploaded": list(uploaded), "skipped": list(skipped)}
+
+
+def test_a_training_output_uploads_only_the_model_files(hub_folder, tmp_path, online, monkeypatch, capsys):
+    folder = shutil.copytree(hub_folder, tmp_path / "trained")
+    added = add_training_leftovers(folder)
     api = FakeHfApi()
-    with pytest.raises(HfEntmaxValueError, match=r"pickle files \(training_args.bin\)"):
+    monkeypatch.setattr("hf_entmax.conversion.push.HfApi", lambda: api)
+    # The real load check: it loads only the selected files, so it proves the selection is a complete model.
+    assert main(["push", str(folder), "--repo_id", "someone/model"]) == 0
+
+    expected = sorted([*(path.name for path in hub_folder.iterdir()), *added["uploaded"]])
+    assert api.calls[-1][2]["allow_patterns"] == expected
+    uploading, skipped, pushed = capsys.readouterr().out.splitlines()
+    assert uploading == f"Uploading {len(expected)} files from {folder}: {', '.join(expected)}"
+    assert skipped == (
+        f"Skipped {len(added['skipped'])} files (not part of a model repository): .env, .git/ (1 file), "
+        ".ssh/ (1 file), checkpoint-2/ (6 files), figures/ (1 file), notes.txt, sweep.py, training_args.bin"
+    )
+    assert pushed.startswith(f"Pushed {folder} to someone/model: ")
+
+
+def test_file_names_are_uploaded_literally(hub_folder, tmp_path, online):
+    folder = shutil.copytree(hub_folder, tmp_path / "hub")
+    (folder / "figures").mkdir()
+    (folder / "figures" / "heads[1].png").write_bytes(b"\x89PNG")
+    (folder / "figures" / "heads1.png").write_bytes(b"\x89PNG")  # what the unescaped pattern would match
+    with open(folder / "README.md", "a", encoding="utf-8") as card:
+        card.write('\n<img src="figures/heads[1].png" width="400">\n')
+    api = FakeHfApi()
+    push_folder(folder, "someone/model", api=api, check_load=False)
+    patterns = api.calls[-1][2]["allow_patterns"]
+    assert "figures/heads[[]1].png" in patterns
+    assert [name for name in ("figures/heads[1].png", "figures/heads1.png") if any(
+        fnmatch.fnmatch(name, pattern) for pattern in patterns)] == ["figures/heads[1].png"]  # fmt: skip
+
+
+def test_refuses_pickled_weights(hub_folder, tmp_path, online):
+    folder = shutil.copytree(hub_folder, tmp_path / "hub")
+    (folder / "pytorch_model.bin").write_bytes(b"pickle")
+    api = FakeHfApi()
+    with pytest.raises(HfEntmaxValueError, match=r"pytorch_model.bin would be unpickled .* `hf-entmax export"):
+        push_folder(folder, "someone/model", api=api)
+    assert api.calls == []
+
+
+def test_refuses_a_card_that_shows_a_missing_figure(hub_folder, tmp_path, online):
+    folder = shutil.copytree(hub_folder, tmp_path / "hub")
+    with open(folder / "README.md", "a", encoding="utf-8") as card:
+        card.write("\n![heads](figures/missing.png)\n")
+    with pytest.raises(HfEntmaxFileNotFoundError, match=r"README.md shows figures/missing.png, which is not in"):
+        push_folder(folder, "someone/model", api=FakeHfApi())
+
+
+def test_refuses_a_folder_whose_code_file_is_missing(hub_folder, tmp_path, online):
+    folder = shutil.copytree(hub_folder, tmp_path / "hub")
+    (folder / "entmax.py").unlink()  # the modeling file imports it
+    api = FakeHfApi()
+    with pytest.raises(HfEntmaxFileNotFoundError, match=r"its config needs entmax.py, which is missing"):
         push_folder(folder, "someone/model", api=api)
     assert api.calls == []
 
 
 def test_refuses_a_folder_that_does_not_load_without_hf_entmax(hub_folder, tmp_path, online):
     folder = shutil.copytree(hub_folder, tmp_path / "hub")
-    (folder / "entmax.py").unlink()  # the modeling file imports it
+    modeling = folder / "modeling_adaptive_entmax_marian.py"
+    modeling.write_text("import hf_entmax  # a dependency the Hub user does not have\n" + modeling.read_text())
     api = FakeHfApi()
     with pytest.raises(HfEntmaxValueError, match=r"refusing to upload: .* does not load without hf_entmax") as error:
         push_folder(folder, "someone/model", api=api)
     assert "\n" not in str(error.value)
     assert api.calls == []
+
+
+def test_a_bad_repo_id_is_a_one_line_error_before_anything_else(hub_folder, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the repo id is checked first, whatever else is wrong
+    assert main(["push", str(hub_folder), "--repo_id", "someone/my model"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert "--repo_id 'someone/my model' is not a Hub repo id (expected user/name" in captured.err
+    with pytest.raises(HfEntmaxValueError, match="--repo_id 'someone/team/model' is not a Hub repo id"):
+        push_folder(hub_folder, "someone/team/model", api=FakeHfApi())
 
 
 def test_offline_is_a_one_line_error(hub_folder, monkeypatch, capsys):
@@ -137,17 +242,32 @@ def test_unreachable_hub_and_other_http_errors_are_one_line_errors(hub_folder, o
         push_folder(
             hub_folder, "someone/model", api=FakeHfApi(ConnectionError("Name resolution failed")), check_load=False
         )
+    with pytest.raises(HfEntmaxError, match=r"could not reach the Hub at https://huggingface.co \(timed out\)"):
+        push_folder(hub_folder, "someone/model", api=FakeHfApi(HubTransportError("timed out")), check_load=False)
     with pytest.raises(HfEntmaxError, match="the Hub answered HTTP 500"):
         push_folder(hub_folder, "someone/model", api=FakeHfApi(http_error(500)), check_load=False)
+
+
+def test_a_closed_hub_endpoint_is_a_one_line_error(hub_folder, online, monkeypatch, capsys):
+    """The real Hub client against a port nobody listens on (HF_ENDPOINT, which huggingface_hub reads at import)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr("hf_entmax.conversion.push.check_folder_loads", lambda folder, files: 0.0)  # tested above
+    assert main(["push", str(hub_folder), "--repo_id", "someone/model"]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert error.startswith(f"hf-entmax push: error: cannot push: could not reach the Hub at {endpoint} (")
 
 
 def test_push_command_reports_the_commit(hub_folder, online, monkeypatch, capsys):
     api = FakeHfApi()
     monkeypatch.setattr("hf_entmax.conversion.push.HfApi", lambda: api)
-    monkeypatch.setattr("hf_entmax.conversion.push.check_folder_loads", lambda folder: 0.0)  # tested above
+    monkeypatch.setattr("hf_entmax.conversion.push.check_folder_loads", lambda folder, files: 0.0)  # tested above
     assert main(["push", str(hub_folder), "--repo_id", "someone/model", "--private", "--create_pr"]) == 0
-    assert (
-        capsys.readouterr().out
-        == f"Pushed {hub_folder} to someone/model: https://huggingface.co/someone/model/discussions/1\n"
-    )
+    output = capsys.readouterr().out.splitlines()
+    assert output[1] == "Skipped nothing: every file in the folder belongs in a model repository"
+    assert output[2] == f"Pushed {hub_folder} to someone/model: https://huggingface.co/someone/model/discussions/1"
     assert api.calls[0][2]["private"] is True and api.calls[-1][2]["create_pr"] is True

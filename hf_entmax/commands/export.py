@@ -1,10 +1,12 @@
 """`hf-entmax export`: write an AdaptiveEntmaxMarian model (e.g. a `hf-entmax train` output) as a Hub-ready folder.
 
 The folder gets safetensors weights (sharded above --max_shard_size), config.json with auto_map and the
-translation pipeline, the flat modeling files, tokenizer, generation config and a model card. The card takes
-languages, data, BLEU/chrF (into the `model-index` metadata) and hyper-parameters from the model folder's
-training_summary.json when there is one, and the head analysis (summary, findings, figures) from an
-`hf-entmax analyze` output given with --analysis.
+translation pipeline, the flat modeling files, tokenizer, generation config, a model card and the training run's
+records (training_summary.json, alpha_history.json, Trainer's *_results.json, …) when the model folder has them;
+checkpoint-* folders and pickled training state stay behind. The card takes its name, languages, data, base model,
+BLEU/chrF (into the `model-index` metadata), evaluations during training, hyper-parameters and versions from the
+model folder's training_summary.json when there is one, and the head analysis (summary, findings, figures) from
+an `hf-entmax analyze` output given with --analysis.
 """
 
 import argparse
@@ -16,8 +18,9 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from ..analysis.report import model_card_section
-from ..conversion.export import export_hub_folder
+from ..conversion.export import RUN_RECORD_FILES, export_hub_folder
 from ..conversion.model_card import ModelCardInfo, measure_attention_sparsity
+from ..conversion.push import check_repo_id
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
@@ -34,7 +37,12 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source_lang", default=None, help="Source language code (default: the training summary's).")
     parser.add_argument("--target_lang", default=None, help="Target language code (default: the training summary's).")
     parser.add_argument("--license", default="apache-2.0", help="License id for the card metadata.")
-    parser.add_argument("--dataset", action="append", default=None, help="Hub id of a training dataset (repeatable).")
+    parser.add_argument(
+        "--dataset",
+        action="append",
+        default=None,
+        help="Hub id of a training dataset (repeatable); the first also names the evaluation data in the model-index.",
+    )
     parser.add_argument("--base_model", default=None, help="Hub id of the model this one was fine-tuned from.")
     parser.add_argument(
         "--sparsity_sentences",
@@ -63,39 +71,54 @@ def load_exportable_model(folder: Path) -> AdaptiveEntmaxMarianMTModel:
     return AdaptiveEntmaxMarianMTModel.from_pretrained(folder, use_safetensors=True).eval()
 
 
+def read_training_summary(path: Path) -> dict:
+    """``training_summary.json`` as a dict; a one-line error when it is not a JSON object."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise HfEntmaxValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(summary, dict):
+        raise HfEntmaxValueError(f"{path}: expected a JSON object, found {type(summary).__name__}")
+    return summary
+
+
 def run(args: argparse.Namespace) -> int:
     folder = Path(args.model)
     if not folder.is_dir():
         raise HfEntmaxFileNotFoundError(f"--model {folder}: no such folder")
+    overrides = {"license": args.license}
+    if args.repo_id:
+        overrides["model_id"] = check_repo_id(args.repo_id, "--repo_id")
+        overrides["model_name"] = args.repo_id.split("/")[-1]
+    else:
+        overrides["model_id"] = Path(args.output).resolve().name
+    for name in ("source_lang", "target_lang"):
+        if getattr(args, name):
+            overrides[name] = getattr(args, name)
+    if args.base_model:
+        overrides["base_model"] = check_repo_id(args.base_model, "--base_model")
+    if args.dataset:
+        overrides["datasets"] = [check_repo_id(dataset, "--dataset") for dataset in args.dataset]
     model = load_exportable_model(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder, config=model.config)  # no remote code needed here
-
-    overrides = {
-        "model_id": args.repo_id or Path(args.output).resolve().name,
-        "license": args.license,
-        **{name: getattr(args, name) for name in ("source_lang", "target_lang", "base_model") if getattr(args, name)},
-    }
-    if args.dataset:
-        overrides["datasets"] = args.dataset
     summary_path = folder / SUMMARY_FILE
     if summary_path.is_file():
-        summary = json.loads(summary_path.read_text())
-        if summary.get("base_model") and "base_model" not in overrides and not Path(summary["base_model"]).exists():
-            overrides["base_model"] = summary["base_model"]  # a Hub id (a local path means nothing on the Hub)
+        summary = read_training_summary(summary_path)
         card = ModelCardInfo.from_training_summary(summary, **overrides)
     else:
-        card = ModelCardInfo(**overrides)
+        card = ModelCardInfo(**overrides, base_model_relation="fine-tuned" if args.base_model else None)
     if args.sparsity_sentences:
         card.mean_sparsity = measure_attention_sparsity(
             model, tokenizer, read_sentences(args.sparsity_sentences, "--sparsity_sentences")
         )
 
-    figures = {}
+    extra_files = {name: folder / name for name in RUN_RECORD_FILES if (folder / name).is_file()}
     if args.analysis:
         card.analysis, figures = model_card_section(args.analysis, model.get_alphas())
+        extra_files.update(figures)
 
     export_hub_folder(
-        model, tokenizer, args.output, card=card, max_shard_size=args.max_shard_size, extra_files=figures
+        model, tokenizer, args.output, card=card, max_shard_size=args.max_shard_size, extra_files=extra_files
     )
     print(f"Wrote the Hub-ready folder {args.output} (model card: {Path(args.output) / 'README.md'}).")
     check_written_folder(args)

@@ -1,21 +1,29 @@
-"""`hf-entmax push`: upload a Hub-ready folder to a model repo on the Hugging Face Hub.
+"""`hf-entmax push`: upload a model folder to a model repo on the Hugging Face Hub.
 
-The repo is created if needed. The token comes from the usual places (HF_TOKEN, `hf auth login`). The folder is
-refused if it holds pickle files or does not load in a fresh process without hf_entmax.
+Only the files a model repository needs go up: safetensors weights (and their index), config.json,
+generation_config.json, the tokenizer files, the code files the config loads, README.md and the figures it shows,
+LICENSE, and the training run's records (training_summary.json, alpha_history.json, Trainer's *_results.json and
+trainer_state.json, generated_predictions.txt). Everything else (checkpoint-*/, optimizer/scheduler/RNG states,
+training_args.bin, dotfiles, other files) is skipped, and the command lists what it uploads and what it skips.
+Pickled weights (e.g. pytorch_model.bin) are refused. The upload is refused too if those files do not load in a
+fresh process without hf_entmax. The repo is created if needed; the token comes from the usual places (HF_TOKEN,
+`hf auth login`).
 """
 
 import argparse
 import sys
 from collections.abc import Sequence
 
-from ..conversion.push import push_folder
+from ..conversion.push import check_repo_id, push_folder, select_upload_files
 
 
-HELP = "upload a Hub-ready folder to the Hugging Face Hub (after checking it loads without hf_entmax)"
+HELP = "upload a model folder's model files to the Hugging Face Hub (after checking they load without hf_entmax)"
 
 
 def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("folder", help="A Hub-ready folder (from hf-entmax export or hf-entmax convert).")
+    parser.add_argument(
+        "folder", help="A model folder (from hf-entmax export, convert or train: checkpoints are left out)."
+    )
     parser.add_argument("--repo_id", required=True, help="The model repo: user/name or organisation/name.")
     parser.add_argument("--private", action="store_true", help="Create the repo as private.")
     parser.add_argument("--create_pr", action="store_true", help="Open a pull request instead of committing.")
@@ -24,6 +32,8 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_repo_id(args.repo_id, "--repo_id")  # before listing files: a typo is the first thing to hear about
+    print(select_upload_files(args.folder).describe(args.folder))
     url = push_folder(
         args.folder,
         args.repo_id,

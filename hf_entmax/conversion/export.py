@@ -4,6 +4,7 @@
 loading it in a fresh Python process where hf_entmax cannot be imported and comparing what it computes.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -25,6 +26,41 @@ from .model_card import ModelCardInfo, render_model_card
 
 # Files whose loading unpickles, i.e. can run arbitrary code: never part of a published folder.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib")
+# What `hf-entmax train` records next to the model (JSON and text, nothing that runs): they back the card's
+# numbers, so `hf-entmax export` copies them and `hf-entmax push` uploads them.
+RUN_RECORD_FILES = (
+    "training_summary.json",
+    "alpha_history.json",
+    "all_results.json",
+    "train_results.json",
+    "eval_results.json",
+    "test_results.json",
+    "trainer_state.json",
+    "generated_predictions.txt",
+)
+# The only variables of this process the load check's child gets: what Python, torch and the dynamic loader need
+# to start as they do here. Nothing else passes (HF_TOKEN, cloud keys, …): the child runs the folder's code.
+_LOAD_CHECK_VARIABLES = (
+    "PATH",
+    "HOME",
+    "USERPROFILE",
+    "SYSTEMROOT",
+    "WINDIR",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "PYTHONHOME",
+    "PYTHONPATH",
+    "PYTHONUSERBASE",
+    "LD_LIBRARY_PATH",
+    "DYLD_LIBRARY_PATH",
+    "KMP_DUPLICATE_LIB_OK",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
 # Any text works to compare two implementations of the same model; a few languages, short and long.
 CHECK_SENTENCES = [
     "The small dog runs fast.",
@@ -74,8 +110,9 @@ def export_hub_folder(
 
     Contents: ``model.safetensors`` (or shards and ``model.safetensors.index.json`` above ``max_shard_size``),
     ``config.json`` with ``auto_map`` and the ``custom_pipelines`` translation entry, the flat modeling files,
-    ``generation_config.json``, the tokenizer files and ``README.md`` (the model card, from ``card``), plus
-    ``extra_files``: ``{path in the folder: file to copy there}``, e.g. the figures the card shows.
+    ``generation_config.json``, the tokenizer files and ``README.md`` (the model card, from ``card``; its tokenizer
+    line defaults to the tokenizer's class and size), plus ``extra_files``: ``{path in the folder: file to copy
+    there}``, e.g. the figures the card shows and the training run's records.
 
     Returns:
         The folder's path.
@@ -89,7 +126,10 @@ def export_hub_folder(
     # The model's save_pretrained also copies the flat code files and writes auto_map and custom_pipelines.
     model.save_pretrained(output_dir, max_shard_size=max_shard_size)
     tokenizer.save_pretrained(output_dir)
-    render_model_card(model, card or ModelCardInfo()).save(output_dir / "README.md")
+    card = card or ModelCardInfo()
+    if card.tokenizer is None:
+        card = dataclasses.replace(card, tokenizer=f"`{type(tokenizer).__name__}` ({len(tokenizer):,} tokens)")
+    render_model_card(model, card).save(output_dir / "README.md")
     for destination, source in (extra_files or {}).items():
         (output_dir / destination).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, output_dir / destination)
@@ -106,13 +146,25 @@ def find_pickle_files(folder: str | os.PathLike) -> list[str]:
     )
 
 
-def check_folder_loads(folder: str | os.PathLike, sentences: list[str] | None = None) -> float:
+def check_folder_loads(
+    folder: str | os.PathLike, sentences: list[str] | None = None, files: Sequence[str] | None = None
+) -> float:
     """Check that ``folder`` loads without hf_entmax and computes what hf_entmax computes from it.
 
     A fresh Python process, where ``import hf_entmax`` fails, loads the folder with
     ``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``; its logits on ``sentences``
     (teacher-forced on this process's greedy translations) and its greedy translations are compared with
     those of the folder loaded here by `AdaptiveEntmaxMarianMTModel`.
+
+    The child runs the folder's code, so it gets a scrubbed environment: only the variables in
+    `_LOAD_CHECK_VARIABLES` (no tokens, keys or secrets), ``HF_HUB_OFFLINE=1`` and an empty ``HF_HOME`` (no
+    stored Hub login). It still runs as you: code you do not trust should not be loaded at all.
+
+    Args:
+        folder: The model folder.
+        sentences: Source sentences to compare on (default `CHECK_SENTENCES`).
+        files: Only these files of ``folder`` (relative paths), e.g. what `hf-entmax push` uploads: the check
+            loads exactly them. Default: the whole folder.
 
     Returns:
         The largest absolute logit difference (at most 1e-4).
@@ -122,7 +174,27 @@ def check_folder_loads(folder: str | os.PathLike, sentences: list[str] | None = 
             folder, fails to load without hf_entmax, or computes something else there.
     """
     folder = Path(folder).resolve()
-    config_path = folder / "config.json"
+    with tempfile.TemporaryDirectory(prefix="hf_entmax_load_check_") as scratch:
+        scratch = Path(scratch)
+        model_folder = folder if files is None else _link_files(folder, files, scratch / "model")
+        return _check_model_folder(model_folder, folder, sentences, scratch)
+
+
+def _link_files(folder: Path, files: Sequence[str], destination: Path) -> Path:
+    """``destination`` holding ``files`` of ``folder`` (links where the system allows them, copies elsewhere)."""
+    for name in files:
+        target = destination / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.symlink_to(folder / name)
+        except OSError:  # e.g. Windows without the symlink privilege
+            shutil.copyfile(folder / name, target)
+    return destination
+
+
+def _check_model_folder(model_folder: Path, folder: Path, sentences: list[str] | None, scratch: Path) -> float:
+    """`check_folder_loads` on ``model_folder``, with ``folder`` in the messages and ``scratch`` for the child."""
+    config_path = model_folder / "config.json"
     if not config_path.is_file():
         raise HfEntmaxFileNotFoundError(f"{folder} has no config.json: not a model folder")
     config = json.loads(config_path.read_text())
@@ -137,9 +209,9 @@ def check_folder_loads(folder: str | os.PathLike, sentences: list[str] | None = 
             "write the folder with `hf-entmax export`"
         )
     try:
-        model = AdaptiveEntmaxMarianMTModel.from_pretrained(folder, use_safetensors=True).eval()
+        model = AdaptiveEntmaxMarianMTModel.from_pretrained(model_folder, use_safetensors=True).eval()
         # With the config given, the tokenizer does not load the folder's remote code into this process.
-        tokenizer = AutoTokenizer.from_pretrained(folder, config=model.config)
+        tokenizer = AutoTokenizer.from_pretrained(model_folder, config=model.config)
     except (OSError, ValueError) as error:
         raise HfEntmaxValueError(f"{folder} does not load: {_last_line(str(error))}") from error
 
@@ -148,35 +220,25 @@ def check_folder_loads(folder: str | os.PathLike, sentences: list[str] | None = 
         generated = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=16)
         logits = model(**inputs, decoder_input_ids=generated).logits  # (B, T, vocab)
 
-    with tempfile.TemporaryDirectory(prefix="hf_entmax_load_check_") as scratch:
-        scratch = Path(scratch)
-        torch.save({**inputs, "decoder_input_ids": generated}, scratch / "inputs.pt")
-        environment = {
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "HF_MODULES_CACHE": str(scratch / "modules"),  # no remote code cached by an earlier run
-            "TRANSFORMERS_VERBOSITY": "error",
-        }
-        completed = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                _FRESH_PROCESS_SCRIPT,
-                str(folder),
-                str(scratch / "inputs.pt"),
-                str(scratch / "out.pt"),
-            ],
-            cwd=scratch,  # not the project folder: hf_entmax must not be importable from the working directory
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if completed.returncode != 0:
-            raise HfEntmaxValueError(
-                f"{folder} does not load without hf_entmax installed: {_last_line(completed.stderr)}"
-            )
-        loaded = torch.load(scratch / "out.pt")
+    torch.save({**inputs, "decoder_input_ids": generated}, scratch / "inputs.pt")
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _FRESH_PROCESS_SCRIPT,
+            str(model_folder),
+            str(scratch / "inputs.pt"),
+            str(scratch / "out.pt"),
+        ],
+        cwd=scratch,  # not the project folder: hf_entmax must not be importable from the working directory
+        env=load_check_environment(scratch / "hf_home"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if completed.returncode != 0:
+        raise HfEntmaxValueError(f"{folder} does not load without hf_entmax installed: {_last_line(completed.stderr)}")
+    loaded = torch.load(scratch / "out.pt")
 
     if loaded["logits"].shape != logits.shape:
         raise HfEntmaxValueError(
@@ -194,9 +256,30 @@ def check_folder_loads(folder: str | os.PathLike, sentences: list[str] | None = 
     return difference
 
 
+def load_check_environment(hf_home: Path) -> dict[str, str]:
+    """The environment of the load check's child: `_LOAD_CHECK_VARIABLES` from this one, the Hub switched off,
+    and ``hf_home`` (an empty folder) as HF_HOME, so neither a stored login nor a cached module is found."""
+    environment = {name: os.environ[name] for name in _LOAD_CHECK_VARIABLES if name in os.environ}
+    return {
+        **environment,
+        "HF_HOME": str(hf_home),  # the remote-code module cache (HF_HOME/modules) is fresh too
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no message)"
 
 
-__all__ = ["CHECK_SENTENCES", "check_folder_loads", "export_hub_folder", "find_pickle_files"]
+__all__ = [
+    "CHECK_SENTENCES",
+    "PICKLE_SUFFIXES",
+    "RUN_RECORD_FILES",
+    "check_folder_loads",
+    "export_hub_folder",
+    "find_pickle_files",
+    "load_check_environment",
+]

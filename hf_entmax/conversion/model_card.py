@@ -1,18 +1,28 @@
 """Model cards for AdaptiveEntmaxMarian checkpoints, rendered from `hf_entmax/model_cards/` with huggingface_hub.
 
-The card's YAML metadata (languages, license, tags, datasets, base model, a `model-index` with BLEU/chrF) is
-written by `huggingface_hub.ModelCardData`, so `ModelCard.load` reads back exactly what was written; the body
-explains the model, shows how to load it with `trust_remote_code=True`, and tabulates α per layer and head.
+The card's YAML metadata (languages, license, tags, datasets, base model and its relation, a `model-index` with
+BLEU/chrF) is written by `huggingface_hub.ModelCardData`, so `ModelCard.load` reads back exactly what was written.
+The body says where the weights came from (converted, fine-tuned or trained from scratch), shows how to load the
+model with `trust_remote_code=True`, states its intended uses and limitations, tabulates α per layer and head,
+the final scores with their sacreBLEU signatures and the evaluations during training, and describes the
+training: data, tokenizer, preprocessing, hyper-parameters and framework versions.
 """
 
 import importlib.resources
+import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import PreTrainedTokenizerBase
 
+from ..errors import HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 
@@ -24,6 +34,19 @@ ATTENTION_TITLES = {
     "decoder_self": "Decoder self-attention",
     "cross": "Cross-attention",
 }
+BASE_MODEL_RELATIONS = ("converted", "fine-tuned", "from-scratch")
+# Our relations in the Hub's `base_model_relation` metadata (which knows adapter, merge, quantized, finetune).
+HUB_BASE_MODEL_RELATIONS = {"fine-tuned": "finetune"}
+# The tag of a card written by `hf-entmax convert`: tells a conversion from a fine-tuned model in the metadata.
+CONVERTED_TAG = "converted-from-marian"
+# training_summary.json's "data" when `hf-entmax train` used the built-in synthetic pair.
+SYNTHETIC_DATA = "built-in synthetic pair"
+SYNTHETIC_INTENDED_USE = (
+    "A demonstration: it was trained on hf_entmax's synthetic language pair, an artificial language made for "
+    "testing, so it translates no natural language."
+)
+EVALUATION_ONLY_NOTE = "This run evaluated the checkpoint without training it: the weights are the base model's."
+_ENUM_REPR = re.compile(r"[A-Z]\w*\.([A-Z][A-Z0-9_]*)")
 # A sentence for the usage snippet, in the source language when it is one of these.
 EXAMPLE_SENTENCES = {
     "de": "Ein kleiner Hund läuft durch den Park.",
@@ -37,7 +60,7 @@ EXAMPLE_SENTENCES = {
 
 @dataclass
 class TranslationScores:
-    """BLEU and chrF of the model on one split of one dataset (sacreBLEU scale, 0–100)."""
+    """BLEU, chrF (sacreBLEU scale, 0–100) and loss of the model on one split of one dataset."""
 
     dataset_name: str
     split: str
@@ -45,6 +68,7 @@ class TranslationScores:
     chrf: float | None = None
     dataset_type: str = "custom"  # the dataset's Hub id, or "custom" for local files
     dataset_config: str | None = None
+    loss: float | None = None
 
 
 @dataclass
@@ -57,10 +81,24 @@ class ModelCardInfo:
         source_lang, target_lang: Language codes of the translation direction.
         license: An SPDX-like license id, as the Hub expects.
         datasets: Hub ids of the training datasets (local files go into `training_data` instead).
-        base_model: Hub id of the checkpoint this model was converted or fine-tuned from.
-        eval_results: BLEU/chrF per dataset split; they go into the metadata's `model-index` and a table.
+        base_model: Hub id of the checkpoint this model was converted or fine-tuned from (the card's metadata).
+        base_model_relation: How this model came from its base: "converted" (`hf-entmax convert`: every weight
+            carried over, only the attention changed), "fine-tuned" (trained further from the base's weights) or
+            "from-scratch" (no base model); None when unknown.
+        base_model_local_name: The folder name of a base model that is not on the Hub (named in the text only).
+        base_model_type: What the base was: "marian" (softmax attention) or "adaptive_entmax_marian".
+        base_model_converted: The base was itself an `hf-entmax convert` output (an AdaptiveEntmaxMarian model).
+        eval_results: Final BLEU/chrF per dataset split; they go into the metadata's `model-index` and a table.
+        training_evaluations: One row per evaluation during training: ``{"step", "epoch", "training_loss",
+            "validation_loss", "bleu", "chrf"}`` (any may be missing).
+        sacrebleu_signatures: ``{"bleu_signature": …, "chrf_signature": …}``, shown under the results.
         training_data: A sentence describing the training data.
-        hyperparameters: Training hyper-parameters, listed as they are.
+        tokenizer: A sentence describing the tokenizer.
+        preprocessing: Preprocessing settings (``max_source_length``, ``source_prefix``, …).
+        hyperparameters: Training hyper-parameters (for a conversion: its settings), listed as plain values.
+        training_note: A sentence shown in the training section (e.g. that a run only evaluated).
+        intended_use: What the model is for; by default derived from the relation and the languages.
+        framework_versions: ``{package: version}`` of the software that trained (or wrote) the model.
         mean_sparsity: Fraction of exactly-zero attention probabilities per attention type, if measured.
         analysis: Markdown of the card's attention analysis section (from an `hf-entmax analyze` report, see
             `hf_entmax.analysis.report.model_card_section`), if any.
@@ -74,55 +112,142 @@ class ModelCardInfo:
     license: str = "apache-2.0"
     datasets: list[str] = field(default_factory=list)
     base_model: str | None = None
+    base_model_relation: str | None = None
+    base_model_local_name: str | None = None
+    base_model_type: str | None = None
+    base_model_converted: bool = False
     eval_results: list[TranslationScores] = field(default_factory=list)
+    training_evaluations: list[dict[str, Any]] = field(default_factory=list)
+    sacrebleu_signatures: dict[str, str] = field(default_factory=dict)
     training_data: str | None = None
+    tokenizer: str | None = None
+    preprocessing: dict[str, Any] = field(default_factory=dict)
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    training_note: str | None = None
+    intended_use: str | None = None
+    framework_versions: dict[str, str] = field(default_factory=dict)
     mean_sparsity: dict[str, float] | None = None
     analysis: str | None = None
     tags: list[str] = field(default_factory=list)
 
+    def __post_init__(self):
+        if self.base_model_relation is not None and self.base_model_relation not in BASE_MODEL_RELATIONS:
+            raise HfEntmaxValueError(
+                f"base_model_relation {self.base_model_relation!r}: expected one of {', '.join(BASE_MODEL_RELATIONS)}"
+            )
+
     @classmethod
-    def from_training_summary(cls, summary: dict, **overrides) -> "ModelCardInfo":
-        """What `hf-entmax train`'s ``training_summary.json`` tells: languages, data, BLEU/chrF, hyper-parameters."""
+    def from_training_summary(cls, summary: Mapping[str, Any], **overrides) -> "ModelCardInfo":
+        """What `hf-entmax train`'s ``training_summary.json`` tells: name, languages, data, base model, results,
+        evaluations during training, hyper-parameters, tokenizer, preprocessing and versions.
+
+        ``overrides`` are fields that win over the summary's. ``datasets`` also names the evaluation data in the
+        `model-index` (its first entry), and a ``base_model`` given for a run without one makes it "fine-tuned".
+        """
         data = summary.get("data")
-        datasets, training_data, dataset_type = [], None, "custom"
-        if isinstance(data, str) and data != "built-in synthetic pair":
+        dataset_config = summary.get("dataset_config_name")
+        datasets, dataset_type, intended_use = [], "custom", None
+        if isinstance(data, Mapping):
+            dataset_name = "local files"
+            training_data = "local files (" + ", ".join(f"`{Path(str(path)).name}`" for path in data.values()) + ")"
+        elif data == SYNTHETIC_DATA:
+            dataset_name = "hf_entmax synthetic pair"
+            training_data = "the built-in synthetic language pair of hf_entmax (`hf-entmax demo`)"
+            intended_use = SYNTHETIC_INTENDED_USE
+        elif isinstance(data, str) and is_hub_id(data):
             datasets, dataset_type, dataset_name = [data], data, data
             training_data = f"[{data}](https://huggingface.co/datasets/{data})"
-        elif isinstance(data, dict):
-            training_data = "local files: " + ", ".join(f"`{name}`" for name in data)
-            dataset_name = "local files"
+        elif isinstance(data, str):
+            dataset_name = Path(data).name
+            training_data = f"a local dataset (`{dataset_name}`)"
         else:
-            training_data = "the built-in synthetic language pair of hf_entmax (`hf-entmax demo`)"
-            dataset_name = "hf_entmax synthetic pair"
-        if sizes := summary.get("num_examples"):
+            dataset_name, training_data = "unknown", None
+        if training_data and dataset_config:
+            training_data += f", configuration `{dataset_config}`"
+        if training_data and (sizes := summary.get("num_examples")):
             training_data += " (" + ", ".join(f"{split}: {count:,} pairs" for split, count in sizes.items()) + ")"
+        if overrides.get("datasets"):  # e.g. `hf-entmax export --dataset`: the data the local files came from
+            if overrides["datasets"][0] != data:
+                dataset_config = None
+            dataset_type = dataset_name = overrides["datasets"][0]
 
-        metrics = summary.get("metrics", {})
+        metrics = summary.get("metrics") or {}
         eval_results = [
             TranslationScores(
                 dataset_name=dataset_name,
                 dataset_type=dataset_type,
+                dataset_config=dataset_config,
                 split=split,
                 bleu=metrics.get(f"{prefix}_bleu"),
                 chrf=metrics.get(f"{prefix}_chrf"),
+                loss=metrics.get(f"{prefix}_loss"),
             )
             for prefix, split in (("eval", "validation"), ("test", "test"))
             if f"{prefix}_bleu" in metrics or f"{prefix}_chrf" in metrics
         ]
-        hyperparameters = dict(summary.get("hyperparameters", {}))
-        for key in ("global_step", "world_size", "num_parameters"):
-            if summary.get(key) is not None:
-                hyperparameters[key] = summary[key]
+
+        did_train = summary.get("did_train", True) is not False
+        base = summary.get("base_model")
         fields = {
+            "model_name": summary.get("model_name"),
             "source_lang": summary.get("source_lang"),
             "target_lang": summary.get("target_lang"),
             "datasets": datasets,
+            "base_model": base if base and is_hub_id(base) else None,
+            "base_model_local_name": Path(base).name if base and not is_hub_id(base) else None,
+            "base_model_type": summary.get("base_model_type"),
+            "base_model_converted": bool(summary.get("base_model_converted")),
             "eval_results": eval_results,
+            "training_evaluations": list(summary.get("evaluations") or []),
+            "sacrebleu_signatures": dict(summary.get("sacrebleu_signatures") or {}),
             "training_data": training_data,
-            "hyperparameters": hyperparameters,
+            "tokenizer": summary.get("tokenizer"),
+            "preprocessing": dict(summary.get("preprocessing") or {}),
+            "hyperparameters": training_hyperparameters(summary) if did_train else {},
+            "training_note": None if did_train else EVALUATION_ONLY_NOTE,
+            "intended_use": intended_use,
+            "framework_versions": dict(summary.get("framework_versions") or {}),
         }
-        return cls(**{**fields, **overrides})
+        if fields["model_name"]:
+            fields["model_id"] = f"path/to/{fields['model_name']}"
+        fields.update(overrides)
+        if "base_model_relation" not in overrides:
+            has_base = fields["base_model"] or fields["base_model_local_name"]
+            if did_train:
+                fields["base_model_relation"] = "fine-tuned" if has_base else "from-scratch"
+            elif fields["base_model_type"] == "marian":
+                fields["base_model_relation"] = "converted"  # loaded from Marian and saved: weights unchanged
+        return cls(**fields)
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` names a Hub repo rather than a local folder (a path that exists here is a folder)."""
+    if name.startswith((".", "~", "/")) or Path(name).expanduser().exists():
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def training_hyperparameters(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters worth a card line: the recipe, the summary's settings with only the one of
+    ``max_steps``/``num_train_epochs`` that governed training, the total batch size, steps and devices."""
+    hyperparameters = {"recipe": summary.get("recipe")}
+    hyperparameters.update(summary.get("hyperparameters") or {})
+    max_steps = hyperparameters.get("max_steps")
+    if isinstance(max_steps, (int, float)) and max_steps > 0:  # Trainer: max_steps > 0 overrides the epochs
+        hyperparameters.pop("num_train_epochs", None)
+    else:
+        hyperparameters.pop("max_steps", None)
+    batch_size = hyperparameters.get("per_device_train_batch_size")
+    if "total_train_batch_size" not in hyperparameters and isinstance(batch_size, int):
+        accumulation = hyperparameters.get("gradient_accumulation_steps") or 1
+        hyperparameters["total_train_batch_size"] = batch_size * accumulation * (summary.get("world_size") or 1)
+    for key in ("global_step", "world_size"):
+        hyperparameters[key] = summary.get(key)
+    return {name: value for name, value in hyperparameters.items() if value is not None}
 
 
 def render_model_card(model: AdaptiveEntmaxMarianMTModel, info: ModelCardInfo) -> ModelCard:
@@ -146,16 +271,21 @@ def render_model_card(model: AdaptiveEntmaxMarianMTModel, info: ModelCardInfo) -
                         metric_value=round(float(value), 2),
                     )
                 )
+    tags = [*DEFAULT_TAGS, *info.tags, *([CONVERTED_TAG] if info.base_model_relation == "converted" else [])]
+    # The Hub's model tree knows finetune, adapter, merge and quantized. A conversion changes no weight, which none
+    # of them describes: it gets no relation (and the tag above), the text says what happened.
+    hub_relation = HUB_BASE_MODEL_RELATIONS.get(info.base_model_relation) if info.base_model else None
     card_data = ModelCardData(
         model_name=model_name,
         language=languages or None,
         license=info.license,
         library_name="transformers",
         pipeline_tag="translation",
-        tags=list(dict.fromkeys([*DEFAULT_TAGS, *info.tags])),
+        tags=list(dict.fromkeys(tags)),
         datasets=info.datasets or None,
         base_model=info.base_model,
         eval_results=eval_results or None,
+        **({"base_model_relation": hub_relation} if hub_relation else {}),
     )
     direction = f" from {info.source_lang} to {info.target_lang}" if info.source_lang and info.target_lang else ""
     summary = (
@@ -169,14 +299,82 @@ def render_model_card(model: AdaptiveEntmaxMarianMTModel, info: ModelCardInfo) -
         model_name=model_name,
         model_id=info.model_id,
         summary=summary,
+        origin=origin_sentence(info),
         example=EXAMPLE_SENTENCES.get(info.source_lang or "", EXAMPLE_SENTENCES["en"]),
+        intended_use=info.intended_use or default_intended_use(info),
         alpha_tables=alpha_tables(model),
         sparsity_table=sparsity_table(info.mean_sparsity),
         analysis=info.analysis,
         results_table=results_table(info.eval_results),
+        signatures=signature_lines(info.sacrebleu_signatures),
+        evaluations_table=evaluations_table(info.training_evaluations),
         training_data=info.training_data,
-        hyperparameters=info.hyperparameters,
+        training_items=training_items(info),
+        training_note=info.training_note,
+        settings_title="Conversion settings"
+        if info.base_model_relation == "converted"
+        else "Training hyper-parameters",
+        hyperparameters={name: plain_text(value) for name, value in info.hyperparameters.items()},
+        framework_versions=info.framework_versions,
+        versions_verb="Trained" if info.base_model_relation != "converted" else "Converted",
     )
+
+
+def origin_sentence(info: ModelCardInfo) -> str | None:
+    """Where the weights came from, in one or two sentences (None when the card does not know)."""
+    if info.base_model:
+        base = f"[`{info.base_model}`](https://huggingface.co/{info.base_model})"
+    elif info.base_model_local_name:
+        base = f"a local checkpoint (`{info.base_model_local_name}`)"
+    else:
+        base = "a checkpoint"
+    if info.base_model_relation == "converted":
+        return (
+            f"It was converted from {base}, a MarianMT model: every weight is carried over unchanged, only the "
+            "attention changed from softmax to α-entmax. α was set by the conversion, not learned."
+        )
+    if info.base_model_relation == "fine-tuned":
+        if info.base_model_type == "marian":
+            kind = ", a MarianMT model whose softmax attention became α-entmax (weights carried over) before training"
+        elif info.base_model_type == "adaptive_entmax_marian":
+            kind = ", an AdaptiveEntmaxMarian model" + (
+                " converted from MarianMT" if info.base_model_converted else ""
+            )
+        else:
+            kind = ""
+        return f"It was fine-tuned from {base}{kind}: training continued from its weights, α included."
+    if info.base_model_relation == "from-scratch":
+        return "It was trained from scratch: randomly initialised, no pre-trained checkpoint."
+    return None
+
+
+def default_intended_use(info: ModelCardInfo) -> str:
+    """The default intended-use paragraph: a conversion is a starting point, a trained model translates."""
+    if info.base_model_relation == "converted":
+        return (
+            "A starting point for fine-tuning: α was set by the conversion, not learned, so fine-tune it on your "
+            f"data (`hf-entmax train --model_name_or_path {info.model_id}`) before relying on its translations. "
+            "See the source model's card for the data it was trained on."
+        )
+    direction = f" from {info.source_lang} to {info.target_lang}" if info.source_lang and info.target_lang else ""
+    return (
+        f"Translation{direction} of text like the training data, and research on sparse attention: every head's "
+        "α and the exact zeros of its attention can be inspected."
+    )
+
+
+def plain_text(value: Any) -> str:
+    """A hyper-parameter as people write it: ``0.001``, ``linear`` (not ``SchedulerType.LINEAR``), ``[0.9, 0.98]``."""
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, str):
+        # Summaries written before enums were recorded by value hold their repr, e.g. "SchedulerType.LINEAR".
+        return match.group(1).lower() if (match := _ENUM_REPR.fullmatch(value)) else value
+    if isinstance(value, float):
+        return repr(value)  # the shortest text that reads back as the same float: 0.001, 1e-08
+    if isinstance(value, (bool, list, tuple, dict)) or value is None:
+        return json.dumps(value, default=str)
+    return str(value)
 
 
 def alpha_tables(model: AdaptiveEntmaxMarianMTModel) -> str:
@@ -211,15 +409,87 @@ def sparsity_table(mean_sparsity: dict[str, float] | None) -> str | None:
 
 
 def results_table(eval_results: list[TranslationScores]) -> str | None:
+    """The final scores: a row per dataset split (a loss column when some loss is known)."""
     if not eval_results:
         return None
-    lines = ["| dataset | split | BLEU | chrF |", "| --- | --- | --- | --- |"]
+    with_loss = any(scores.loss is not None for scores in eval_results)
+    header = ["dataset", "split", *(["loss"] if with_loss else []), "BLEU", "chrF"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for scores in eval_results:
-        bleu = "–" if scores.bleu is None else f"{scores.bleu:.2f}"
-        chrf = "–" if scores.chrf is None else f"{scores.chrf:.2f}"
-        lines.append(f"| {scores.dataset_name} | {scores.split} | {bleu} | {chrf} |")
+        cells = [scores.dataset_name, scores.split, *([_number(scores.loss, 4)] if with_loss else [])]
+        cells += [_number(scores.bleu, 2), _number(scores.chrf, 2)]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "sacreBLEU scores (BLEU and chrF, 0–100) of beam-search translations."]
     return "\n".join(lines)
+
+
+def signature_lines(signatures: Mapping[str, str]) -> str | None:
+    """The sacreBLEU signatures as a list: what exactly the scores measure (tokenisation, smoothing, version)."""
+    if not signatures:
+        return None
+    names = {"bleu_signature": "BLEU", "chrf_signature": "chrF"}
+    return "\n".join(f"- {names.get(key, key)}: `{value}`" for key, value in signatures.items())
+
+
+def evaluations_table(rows: list[Mapping[str, Any]]) -> str | None:
+    """One row per evaluation during training, as in the cards Trainer writes."""
+    if not rows:
+        return None
+    lines = [
+        "| step | epoch | training loss | validation loss | BLEU | chrF |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        cells = [
+            _number(row.get("step"), 0),
+            _number(row.get("epoch"), 2),
+            _number(row.get("training_loss"), 4),
+            _number(row.get("validation_loss"), 4),
+            _number(row.get("bleu"), 2),
+            _number(row.get("chrf"), 2),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def training_items(info: ModelCardInfo) -> str | None:
+    """The training section's list: data, tokenizer, preprocessing (those known)."""
+    items = [
+        f"- {label}: {text}"
+        for label, text in (
+            ("Data", info.training_data),
+            ("Tokenizer", info.tokenizer),
+            ("Preprocessing", preprocessing_text(info.preprocessing)),
+        )
+        if text
+    ]
+    return "\n".join(items) or None
+
+
+def preprocessing_text(preprocessing: Mapping[str, Any]) -> str | None:
+    """``{"max_source_length": 128, …}`` as a sentence: truncation lengths and the source prefix."""
+    if not preprocessing:
+        return None
+    settings = dict(preprocessing)
+    parts = []
+    for key, what in (("max_source_length", "sources"), ("max_target_length", "targets")):
+        if settings.get(key) is not None:
+            parts.append(f"{what} truncated to {plain_text(settings.pop(key))} tokens")
+    if settings.get("val_max_target_length") is not None:
+        parts.append(f"evaluation targets to {plain_text(settings.pop('val_max_target_length'))} tokens")
+    if "source_prefix" in settings:
+        prefix = settings.pop("source_prefix")
+        parts.append(f"source prefix `{prefix}`" if prefix else "no source prefix")
+    parts += [f"`{key}` {plain_text(value)}" for key, value in settings.items() if value is not None]
+    return "; ".join(parts) if parts else None
+
+
+def _number(value: Any, decimals: int) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.{decimals}f}"
+    return plain_text(value)
 
 
 @torch.no_grad()
@@ -264,4 +534,12 @@ def measure_attention_sparsity(
     return sparsity
 
 
-__all__ = ["ModelCardInfo", "TranslationScores", "measure_attention_sparsity", "render_model_card"]
+__all__ = [
+    "BASE_MODEL_RELATIONS",
+    "CONVERTED_TAG",
+    "ModelCardInfo",
+    "TranslationScores",
+    "is_hub_id",
+    "measure_attention_sparsity",
+    "render_model_card",
+]

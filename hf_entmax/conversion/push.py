@@ -1,20 +1,88 @@
-"""Publish a Hub-ready folder: the logic behind `hf-entmax push`.
+"""Publish a model folder to the Hub: the logic behind `hf-entmax push`.
 
-Before anything goes over the network the folder is checked: no pickle files, and it loads without hf_entmax
-(see `check_folder_loads`). Hub failures (offline, no token, a rejected token, …) become one-line errors.
+Only what a model repository needs is uploaded (see `select_upload_files`): weights in safetensors, configs,
+tokenizer files, the code the config points to, the model card and the figures it shows, the license, and the
+training run's records. Everything else (``checkpoint-*/``, optimizer and RNG states, ``training_args.bin``,
+``.env``, stray files) stays behind, and the command says what it skipped. Before anything goes over the network
+the selected files are checked: no pickled weights, and they load without hf_entmax (see `check_folder_loads`).
+Hub failures (offline, unreachable, no token, a rejected token, …) become one-line errors.
 """
 
+import fnmatch
+import glob
+import json
 import os
+import posixpath
+import re
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub import HfApi, constants, get_token
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.errors import HTTPError as HubTransportError  # the HTTP library's base error (httpx)
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from transformers.dynamic_module_utils import get_relative_imports
 
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
-from .export import check_folder_loads, find_pickle_files
+from .export import PICKLE_SUFFIXES, RUN_RECORD_FILES, check_folder_loads
 
 
 LOGIN_HINT = "log in with `hf auth login`, or set HF_TOKEN to a token with write access"
+
+# Top-level files a model repository needs, by name (fnmatch patterns). The code files are not listed: they are
+# the modules config.json / tokenizer_config.json point to, with their relative imports (`_code_files`).
+UPLOAD_PATTERNS = (
+    # Weights: safetensors only (pickled weights are refused, never uploaded).
+    "*.safetensors",
+    "*.safetensors.index.json",
+    # Configuration.
+    "config.json",
+    "generation_config.json",
+    # Tokenizer files, as transformers' tokenizers save them (SentencePiece models are protobuf, not pickles).
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "*vocab*.json",
+    "*vocab*.txt",
+    "merges.txt",
+    "*.spm",
+    "*.model",
+    # The model card and the license it may link to.
+    "README.md",
+    "LICENSE",
+    "LICENSE.md",
+    "LICENSE.txt",
+    # The training run's records: plain JSON/text that back the card's numbers.
+    *RUN_RECORD_FILES,
+)
+# What Trainer saves to resume training: skipped like any other non-model file, wherever it is.
+TRAINING_STATE_PATTERNS = ("training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth")
+FIGURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
+# Image sources in markdown (``![alt](path "title")``) and HTML (``<img src="path">``).
+_IMAGE_REFERENCE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)|<img\b[^>]*?\bsrc\s*=\s*[\"']([^\"']+)[\"']")
+
+
+@dataclass
+class UploadSelection:
+    """The files of a folder that `push_folder` uploads, and those it leaves out (paths relative to the folder)."""
+
+    files: list[str]
+    skipped: list[str]
+
+    def describe(self, folder: str | os.PathLike) -> str:
+        """Two lines for the user: what is uploaded, and what is skipped, grouped by top-level folder."""
+        uploading = f"Uploading {len(self.files)} files from {folder}: {', '.join(self.files)}"
+        if not self.skipped:
+            return f"{uploading}\nSkipped nothing: every file in the folder belongs in a model repository"
+        groups = Counter(path.split("/")[0] + "/" if "/" in path else path for path in self.skipped)
+        skipped = ", ".join(
+            f"{name} ({count} file{'s' if count > 1 else ''})" if name.endswith("/") else name
+            for name, count in sorted(groups.items())
+        )
+        return f"{uploading}\nSkipped {len(self.skipped)} files (not part of a model repository): {skipped}"
 
 
 def push_folder(
@@ -29,10 +97,13 @@ def push_folder(
     api: HfApi | None = None,
     check_load: bool = True,
 ) -> str:
-    """Upload ``folder`` to the Hub model repo ``repo_id``, creating the repo if needed.
+    """Upload the model files of ``folder`` (`select_upload_files`) to the Hub model repo ``repo_id``.
+
+    The repo is created if needed.
 
     Args:
-        folder: A Hub-ready folder (from `export_hub_folder`, `hf-entmax export` or `hf-entmax convert`).
+        folder: A model folder: from `hf-entmax export`, `convert` or `train` (checkpoints and training state in it
+            are left out).
         repo_id: ``user/name`` or ``organisation/name``.
         private: Create the repo as private (an existing repo keeps its visibility).
         create_pr: Open a pull request instead of committing to the branch.
@@ -40,24 +111,17 @@ def push_folder(
         commit_message: Defaults to "Upload AdaptiveEntmaxMarian model".
         token: A Hub token; by default the usual places (``HF_TOKEN``, the cached login).
         api: The `HfApi` to use (tests substitute one that records calls).
-        check_load: Check that the folder loads without hf_entmax before uploading (a fresh Python process).
+        check_load: Check that the selected files load without hf_entmax before uploading (a fresh Python process).
 
     Returns:
         The URL of the commit, or of the pull request with ``create_pr``.
 
     Raises:
-        HfEntmaxValueError: the folder holds pickle files or does not load without hf_entmax.
-        HfEntmaxError: offline, no token, a rejected token, or another Hub failure (one line).
+        HfEntmaxValueError: a bad repo id, pickled weights, or files that do not load without hf_entmax.
+        HfEntmaxError: offline, unreachable, no token, a rejected token, or another Hub failure (one line).
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise HfEntmaxFileNotFoundError(f"{folder}: no such folder")
-    if pickles := find_pickle_files(folder):
-        raise HfEntmaxValueError(
-            f"refusing to upload {folder}: it holds pickle files ({', '.join(pickles)}), which run code when loaded; "
-            "publish a folder written by `hf-entmax export` (safetensors only)"
-        )
-    files = upload_file_list(folder)
+    check_repo_id(repo_id, "--repo_id")
+    selection = select_upload_files(folder)
     if _offline():
         raise HfEntmaxError(
             "cannot push: the Hub is disabled by HF_HUB_OFFLINE=1 (unset it on a machine with network access)"
@@ -67,7 +131,7 @@ def push_folder(
         raise HfEntmaxError(f"cannot push: no Hugging Face token found; {LOGIN_HINT}")
     if check_load:
         try:
-            check_folder_loads(folder)
+            check_folder_loads(folder, files=selection.files)
         except HfEntmaxError as error:
             raise HfEntmaxValueError(f"refusing to upload: {error}") from error
 
@@ -78,14 +142,14 @@ def push_folder(
             api.create_branch(repo_id, branch=revision, token=token, repo_type="model", exist_ok=True)
         commit = api.upload_folder(
             repo_id=repo_id,
-            folder_path=folder,
+            folder_path=Path(folder),
             repo_type="model",
             token=token,
             revision=revision,
             create_pr=create_pr,
             commit_message=commit_message or "Upload AdaptiveEntmaxMarian model",
-            # Exactly the files checked above, even if something lands in the folder meanwhile.
-            allow_patterns=files,
+            # Exactly the files selected and checked above (escaped: the patterns are fnmatch patterns).
+            allow_patterns=[glob.escape(path) for path in selection.files],
         )
     except OfflineModeIsEnabled as error:
         raise HfEntmaxError("cannot push: the Hub is disabled by HF_HUB_OFFLINE=1") from error
@@ -99,20 +163,116 @@ def push_folder(
         raise HfEntmaxError(
             f"cannot push to {repo_id!r}: the Hub answered HTTP {status}: {_one_line(error)}"
         ) from error
-    except OSError as error:  # connection failures (httpx's transport errors are OSErrors too)
-        raise HfEntmaxError(f"cannot push: could not reach the Hub ({_one_line(error)})") from error
+    except (HubTransportError, OSError) as error:  # connection refused, DNS failure, timeout, TLS failure
+        raise HfEntmaxError(
+            f"cannot push: could not reach the Hub at {api.endpoint} ({_one_line(error) or type(error).__name__})"
+        ) from error
     url = getattr(commit, "pr_url", None) if create_pr else None
     return url or commit.commit_url
 
 
-def upload_file_list(folder: str | os.PathLike) -> list[str]:
-    """The files `push_folder` uploads: everything in ``folder`` except version-control and cache folders."""
+def select_upload_files(folder: str | os.PathLike) -> UploadSelection:
+    """Split ``folder``'s files into those a model repository needs and the rest.
+
+    Uploaded: top-level files matching `UPLOAD_PATTERNS` (safetensors weights and index, configs, tokenizer files,
+    README.md, LICENSE, the run's records), the code files the configs' ``auto_map`` and ``custom_pipelines``
+    name (with their relative imports, as transformers fetches them), and the images README.md shows. Everything
+    else is skipped: subfolders such as ``checkpoint-*/`` and ``.git/``, Trainer's optimizer/scheduler/RNG states
+    and ``training_args.bin``, other code, dotfiles such as ``.env``.
+
+    Raises:
+        HfEntmaxFileNotFoundError: no such folder, or README.md shows an image the folder does not have.
+        HfEntmaxValueError: a top-level pickle file other than Trainer's states (e.g. ``pytorch_model.bin``): it
+            would be weights that unpickle, which hf_entmax never publishes; or no config.json.
+    """
     folder = Path(folder)
-    return sorted(
-        path.relative_to(folder).as_posix()
-        for path in folder.rglob("*")
-        if path.is_file() and not ({".git", ".cache"} & set(path.relative_to(folder).parts[:-1]))
-    )
+    if not folder.is_dir():
+        raise HfEntmaxFileNotFoundError(f"{folder}: no such folder")
+    every_file = sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
+    top_level = [path for path in every_file if "/" not in path]
+    if pickled := [
+        name
+        for name in top_level
+        if name.lower().endswith(PICKLE_SUFFIXES) and not _matches(name, TRAINING_STATE_PATTERNS)
+    ]:
+        raise HfEntmaxValueError(
+            f"refusing to upload {folder}: {', '.join(pickled)} would be unpickled when loaded (which runs code); "
+            f"write safetensors weights with `hf-entmax export --model {folder} --output <new folder>`, "
+            "or move the file out of the folder"
+        )
+    if "config.json" not in top_level:
+        raise HfEntmaxValueError(f"refusing to upload {folder}: it has no config.json, so it is not a model folder")
+
+    selected = {name for name in top_level if _matches(name, UPLOAD_PATTERNS)}
+    selected |= _code_files(folder)
+    selected |= _card_figures(folder)
+    return UploadSelection(files=sorted(selected), skipped=[path for path in every_file if path not in selected])
+
+
+def check_repo_id(repo_id: str, flag: str) -> str:
+    """``repo_id`` if it is a valid Hub repo id (``name`` or ``namespace/name``); a one-line error naming ``flag``."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise HfEntmaxValueError(
+            f"{flag} {repo_id!r} is not a Hub repo id (expected user/name or organisation/name): {_one_line(error)}"
+        ) from None
+    return repo_id
+
+
+def _code_files(folder: Path) -> set[str]:
+    """The top-level modules that ``config.json`` and ``tokenizer_config.json`` load as remote code, with the
+    modules they import relatively (``from .entmax import …``), recursively."""
+    modules = []
+    for config_name in ("config.json", "tokenizer_config.json"):
+        if not (folder / config_name).is_file():
+            continue
+        try:
+            config = json.loads((folder / config_name).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise HfEntmaxValueError(f"{folder / config_name} is not valid JSON: {_one_line(error)}") from None
+        references = list((config.get("auto_map") or {}).values())
+        references += [task.get("impl") for task in (config.get("custom_pipelines") or {}).values()]
+        for reference in references:
+            for class_path in reference if isinstance(reference, list) else [reference]:
+                # "module.Class"; "other/repo--module.Class" is code from another repo, not from this folder.
+                if isinstance(class_path, str) and "--" not in class_path and "." in class_path:
+                    modules.append(class_path.rsplit(".", 1)[0])
+    files = set()
+    while modules:
+        name = f"{modules.pop()}.py"
+        if name in files:
+            continue
+        if not (folder / name).is_file():
+            raise HfEntmaxFileNotFoundError(f"refusing to upload {folder}: its config needs {name}, which is missing")
+        files.add(name)
+        modules += get_relative_imports(folder / name)
+    return files
+
+
+def _card_figures(folder: Path) -> set[str]:
+    """The images in ``folder`` that README.md shows (relative links; web addresses are not files to upload)."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return set()
+    figures = set()
+    for match in _IMAGE_REFERENCE.finditer(readme.read_text(encoding="utf-8")):
+        link = (match.group(1) or match.group(2)).split("#")[0].split("?")[0]
+        if not link or "://" in link or link.startswith(("/", "data:")):
+            continue
+        path = posixpath.normpath(link)
+        if path.startswith("../") or not path.lower().endswith(FIGURE_SUFFIXES):
+            continue
+        if not (folder / path).is_file():
+            raise HfEntmaxFileNotFoundError(
+                f"refusing to upload {folder}: README.md shows {link}, which is not in the folder"
+            )
+        figures.add(path)
+    return figures
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def _offline() -> bool:
@@ -125,4 +285,4 @@ def _one_line(error: Exception) -> str:
     return " ".join(str(error).split())[:300]
 
 
-__all__ = ["push_folder", "upload_file_list"]
+__all__ = ["UPLOAD_PATTERNS", "UploadSelection", "check_repo_id", "push_folder", "select_upload_files"]
