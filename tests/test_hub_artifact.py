@@ -56,7 +56,7 @@ def test_folder_holds_safetensors_remote_code_and_pipeline_entry(saved_folder):
 def test_remote_code_files_import_only_torch_and_transformers(saved_folder):
     """Hub code is copied flat: only `from .module import name` works, and only torch/transformers are needed."""
     _, folder = saved_folder
-    standard_library = {"dataclasses", "math", "os", "shutil", "sys"}
+    standard_library = set(sys.stdlib_module_names)
     for path in folder.glob("*.py"):
         for line in path.read_text().splitlines():
             if line.startswith("from ."):

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from ..conversion.convert import convert_marian
+from ..conversion.push import check_repo_id
 from ..training.arguments import add_alpha_arguments, given_alpha_options
 from .hub_folder import add_hub_folder_arguments, check_written_folder, read_sentences
 
@@ -41,6 +42,9 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    for flag, value in (("--repo_id", args.repo_id), ("--base_model", args.base_model)):
+        if value is not None:
+            check_repo_id(value, flag)
     report = convert_marian(
         args.model,
         args.output,

@@ -23,6 +23,7 @@ from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueErro
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig, AlphaOptions
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..training.presets import build_config
+from ..training.records import framework_versions
 from .export import CHECK_SENTENCES, export_hub_folder
 from .model_card import ModelCardInfo
 
@@ -169,13 +170,17 @@ def convert_marian(
         )
 
     inferred_source_lang, inferred_target_lang = infer_languages(model)
+    hub_id = base_model or (model if from_hub else hub_id_from_cache_path(source_dir))
     card = ModelCardInfo(
         model_id=model_id or Path(output_dir).resolve().name,
         source_lang=source_lang or inferred_source_lang,
         target_lang=target_lang or inferred_target_lang,
-        base_model=base_model or (model if from_hub else hub_id_from_cache_path(source_dir)),
+        base_model=hub_id,
+        base_model_relation="converted",
+        base_model_local_name=None if hub_id else Path(model).name,
         training_data="none beyond the source model's: this is a conversion, α was not trained yet",
         hyperparameters={name: value for name, value in alpha_fields.items() if value is not None},
+        framework_versions=framework_versions(),
     )
     export_hub_folder(target, tokenizer, output_dir, card=card, max_shard_size=max_shard_size)
     return report

@@ -157,30 +157,60 @@ class ModelArguments(AlphaArguments):
         return given_alpha_options(self)
 
 
+DEFAULT_MAX_LENGTH = 128
+
+
 @dataclass
 class DataArguments:
     """Where the parallel text comes from. With no data argument at all, the built-in synthetic pair is used."""
 
     source_lang: str | None = field(default=None, metadata={"help": "Source language code, e.g. de."})
     target_lang: str | None = field(default=None, metadata={"help": "Target language code, e.g. en."})
-    dataset_name: str | None = field(default=None, metadata={"help": "A translation dataset on the Hub (online)."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. de-en."})
-    train_file: str | None = field(
-        default=None, metadata={"help": "Training pairs: .tsv (source<TAB>target) or .jsonl."}
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A translation dataset: a Hub id (needs the network), a folder written by "
+            "DatasetDict.save_to_disk (or Dataset.save_to_disk: the train split), or a folder of data files that "
+            "datasets.load_dataset reads. Needs a 'translation' column or columns named by the language codes (or "
+            "source/target); splits valid/dev/val serve as validation."
+        },
     )
-    validation_file: str | None = field(default=None, metadata={"help": "Validation pairs: .tsv or .jsonl."})
-    test_file: str | None = field(default=None, metadata={"help": "Test pairs: .tsv or .jsonl."})
+    dataset_config_name: str | None = field(
+        default=None,
+        metadata={"help": "Configuration of the --dataset_name dataset, e.g. de-en (not for save_to_disk folders)."},
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Training pairs: .tsv (source<TAB>target), .csv, .json/.jsonl (JSON lines, an array, or an object "
+            'holding a list; {"translation": {"de": …, "en": …}} or flat {"de": …, "en": …} records), .parquet, or a '
+            "Dataset.save_to_disk folder. A .csv/.tsv header naming the language codes (or source/target) picks the "
+            "columns; without one, column 1 is the source."
+        },
+    )
+    validation_file: str | None = field(
+        default=None, metadata={"help": "Validation pairs, in any --train_file format."}
+    )
+    test_file: str | None = field(default=None, metadata={"help": "Test pairs, in any --train_file format."})
     train_source_file: str | None = field(default=None, metadata={"help": "Training source sentences, one per line."})
     train_target_file: str | None = field(default=None, metadata={"help": "Training target sentences, line-aligned."})
     validation_source_file: str | None = field(default=None, metadata={"help": "Validation source sentences."})
     validation_target_file: str | None = field(default=None, metadata={"help": "Validation target sentences."})
     test_source_file: str | None = field(default=None, metadata={"help": "Test source sentences."})
     test_target_file: str | None = field(default=None, metadata={"help": "Test target sentences."})
-    max_source_length: int = field(
-        default=128, metadata={"help": "Source sentences are truncated to this many tokens."}
+    max_source_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Source sentences are truncated to this many tokens. Default: 128, or fewer if the model has "
+            "fewer positions (max_position_embeddings)."
+        },
     )
-    max_target_length: int = field(
-        default=128, metadata={"help": "Target sentences of the training data are truncated to this many tokens."}
+    max_target_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Target sentences of the training data are truncated to this many tokens. Default: as "
+            "--max_source_length."
+        },
     )
     val_max_target_length: int | None = field(
         default=None,
@@ -220,8 +250,10 @@ class DataArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
 
     def __post_init__(self):
-        positive = ["max_source_length", "max_target_length", "synthetic_train_size"]
+        positive = ["synthetic_train_size"]
         optional_positive = [
+            "max_source_length",
+            "max_target_length",
             "val_max_target_length",
             "num_beams",
             "max_train_samples",
@@ -233,8 +265,13 @@ class DataArguments:
             value = getattr(self, name)
             if (value is not None or name in positive) and not (isinstance(value, int) and value >= 1):
                 raise HfEntmaxValueError(f"--{name} must be a positive whole number, got {value!r}")
-        if self.val_max_target_length is None:
-            self.val_max_target_length = self.max_target_length
+
+    def resolve_lengths(self, max_positions: int | None) -> None:
+        """Fill in the length limits not given: 128 tokens, or ``max_positions`` (the model's) if fewer."""
+        default = DEFAULT_MAX_LENGTH if max_positions is None else min(DEFAULT_MAX_LENGTH, max_positions)
+        self.max_source_length = self.max_source_length or default
+        self.max_target_length = self.max_target_length or default
+        self.val_max_target_length = self.val_max_target_length or self.max_target_length
 
     def local_files(self) -> dict[str, str]:
         """The local-file arguments that were given, by name."""

@@ -40,10 +40,12 @@ def alpha_history(log_history: list[dict]) -> list[dict]:
 
 
 def evaluations(log_history: list[dict]) -> list[dict]:
-    """One row per evaluation during training: step, epoch, the last training loss before it, validation loss,
-    BLEU and chrF (as the tables of Trainer's own model cards)."""
+    """One row per evaluation during training (not the final ones): step, epoch, the last training loss before it,
+    validation loss, BLEU and chrF, as the tables of Trainer's own model cards."""
     rows, training_loss = [], None
     for entry in log_history:
+        if "train_runtime" in entry:  # the end of training: later evaluations are the run's final results
+            break
         if "loss" in entry:
             training_loss = entry["loss"]
         if "eval_loss" in entry or "eval_bleu" in entry:

@@ -18,6 +18,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import transformers
+from huggingface_hub import ModelCard
 from transformers import (
     AutoTokenizer,
     DataCollatorForSeq2Seq,
@@ -26,12 +27,13 @@ from transformers import (
     set_seed,
 )
 
-from ..conversion.model_card import ModelCardInfo, render_model_card
+from ..conversion.model_card import CONVERTED_TAG, ModelCardInfo, render_model_card
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .arguments import DataArguments, ModelArguments
 from .data import limit_samples, load_parallel_data
 from .metrics import sacrebleu_signatures, translation_metrics
-from .model_loading import describe_alpha, load_model, read_starting_point
+from .model_loading import StartingPoint, describe_alpha, load_model, read_starting_point
 from .records import (
     ALPHA_HISTORY_FILE,
     PREDICTIONS_FILE,
@@ -75,8 +77,8 @@ def choose_stages(training_args: Seq2SeqTrainingArguments, splits: datasets.Data
         flags = {"train": True, "validation": None, "test": None}
     for split, flag, files in (
         ("train", "--do_train", "--train_file (or --train_source_file/--train_target_file)"),
-        ("validation", "--do_eval", "--validation_file (or its source/target files)"),
-        ("test", "--do_predict", "--test_file (or its source/target files)"),
+        ("validation", "--do_eval", "--validation_file (or its source/target files, or a dataset with such a split)"),
+        ("test", "--do_predict", "--test_file (or its source/target files, or a dataset with such a split)"),
     ):
         if flags[split] and split not in splits:
             raise HfEntmaxValueError(f"{flag} needs {split} data: give {files}")
@@ -202,6 +204,30 @@ def resolve_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | None:
     return str(requested)
 
 
+def describe_data(data_args: DataArguments) -> str | dict:
+    """The summary's "data": the synthetic pair, a Hub dataset id, or the local files and folders by flag."""
+    if data_args.uses_synthetic_data():
+        return "built-in synthetic pair"
+    if data_args.dataset_name is not None and not Path(data_args.dataset_name).exists():
+        return data_args.dataset_name
+    local = dict(data_args.local_files())
+    if data_args.dataset_name is not None:
+        local["dataset_name"] = data_args.dataset_name  # a local folder means nothing on the Hub
+    # The summary is published with the model: an absolute path would tell where the files lay (and whose they were).
+    return {flag: Path(path).name if Path(path).is_absolute() else path for flag, path in local.items()}
+
+
+def converted_from_marian(start: StartingPoint) -> bool:
+    """Whether the starting checkpoint is a local folder that `hf-entmax convert` wrote (its card says so)."""
+    card_path = Path(start.name or "") / "README.md"
+    if start.kind != "adaptive_entmax_marian" or not card_path.is_file():
+        return False
+    try:
+        return CONVERTED_TAG in (ModelCard.load(card_path).data.tags or [])
+    except (OSError, ValueError):  # a hand-written README without card metadata
+        return False
+
+
 def generation_settings(data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> tuple[int, int]:
     """Beams and length limit of evaluation: ``--num_beams`` (run_translation's name) or ``--generation_num_beams``,
     ``--generation_max_length`` or ``--val_max_target_length``.
@@ -218,6 +244,20 @@ def generation_settings(data_args: DataArguments, training_args: Seq2SeqTraining
     num_beams = beams.pop() if beams else DEFAULT_NUM_BEAMS
     max_length = training_args.generation_max_length or data_args.val_max_target_length
     return num_beams, max_length
+
+
+def check_lengths(model: AdaptiveEntmaxMarianMTModel, data_args: DataArguments, max_length: int) -> None:
+    """Refuse lengths the model has no positions for (they would fail mid-run, deep inside the embeddings)."""
+    positions = model.config.max_position_embeddings
+    for flag, value in (
+        ("--max_source_length", data_args.max_source_length),
+        ("--max_target_length", data_args.max_target_length),
+        ("--val_max_target_length / --generation_max_length", max_length),
+    ):
+        if value > positions:
+            raise HfEntmaxValueError(
+                f"{flag} {value} is longer than the model's {positions} positions (max_position_embeddings)"
+            )
 
 
 def describe_recipe(
@@ -291,6 +331,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
     raw, source_lang, target_lang = load_parallel_data(data_args)
     stages = choose_stages(training_args, raw)
     start = read_starting_point(model_args.model_name_or_path)
+    data_args.resolve_lengths(None if start.config is None else start.config.max_position_embeddings)
     if not stages.train and start.kind == "fresh":
         raise HfEntmaxValueError(
             "nothing to evaluate: without training (--do_train False) give the model with --model_name_or_path"
@@ -309,6 +350,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
     model = load_model(
         model_args, tokenizer, max(data_args.max_source_length, data_args.max_target_length), start=start
     )
+    check_lengths(model, data_args, max_length)
     model.generation_config.num_beams = num_beams
     model.generation_config.max_length = max_length
 
@@ -371,15 +413,14 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         "model_name": output_dir.resolve().name,
         "source_lang": source_lang,
         "target_lang": target_lang,
-        "data": "built-in synthetic pair"
-        if data_args.uses_synthetic_data()
-        else data_args.dataset_name or data_args.local_files(),
+        "data": describe_data(data_args),
         "dataset_config_name": data_args.dataset_config_name,
         "num_examples": {split_name: len(split) for split_name, split in tokenized.items()},
         # Source plus target tokens of an average training pair: turns examples/s into tokens/s.
         "mean_tokens_per_example": mean_tokens_per_example(tokenized["train"]) if "train" in tokenized else None,
         "base_model": model_args.model_name_or_path,
         "base_model_type": None if start.kind == "fresh" else start.kind,
+        "base_model_converted": converted_from_marian(start),
         "model_size": model_args.model_size if start.kind == "fresh" else None,
         "num_parameters": model.num_parameters(),
         "global_step": trainer.state.global_step,
