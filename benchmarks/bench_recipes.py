@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tables import write_table
+
 
 FIXED = ["--learn_alpha", "False"]
 TEST = "test_2016_flickr"
@@ -78,7 +80,11 @@ def main() -> None:
     parser.add_argument("--fine_tune_steps", type=int, default=400)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--markdown", default=None, help="also write the table to this Markdown file")
+    parser.add_argument(
+        "--markdown",
+        default=None,
+        help="also put the table into this Markdown file (between its table:recipes markers)",
+    )
     parser.add_argument(
         "--extra",
         default="",
@@ -183,8 +189,8 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if arguments.markdown:
-        Path(arguments.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(arguments.markdown).write_text(table + "\n")
+        command = shlex.join(["python", "benchmarks/bench_recipes.py", *sys.argv[1:]])
+        write_table(arguments.markdown, "recipes", f"{table}\n\nMeasured with `{command}`.")
 
 
 if __name__ == "__main__":

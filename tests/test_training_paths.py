@@ -339,3 +339,16 @@ def test_lengths_beyond_the_models_positions_are_refused(tmp_path, files, marian
     argv = ["train", "--model_name_or_path", str(marian_folder), "--train_file", files["train"], *PAIR, *QUICK]
     assert main([*argv, "--max_source_length", "100", "--output_dir", str(tmp_path / "out")]) == 1
     assert "--max_source_length 100 is longer than the model's 64 positions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model_name_or_path", "org/model", "--model_size", "tiny"], "--model_size tiny applies to a fresh model"),
+        (["--model_name_or_path", "org/model", "--vocab_size", "500"], "--vocab_size applies to a tokenizer trained"),
+        (["--tokenizer_name", "org/tokenizer", "--vocab_size", "500"], "--vocab_size applies to a tokenizer trained"),
+    ],
+)
+def test_flags_that_would_be_ignored_are_refused(flags, message):
+    with pytest.raises(HfEntmaxValueError, match=message):
+        parse_arguments(flags)

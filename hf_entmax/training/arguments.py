@@ -17,6 +17,11 @@ from .presets import MODEL_PRESETS
 from .recipes import RECIPE_CHOICES
 
 
+DEFAULT_MAX_LENGTH = 128
+DEFAULT_MODEL_SIZE = "small"
+DEFAULT_VOCAB_SIZE = 8000
+
+
 def parse_alpha_init(value: str | float | None, flag: str) -> float | str | None:
     """``"random"``, a number in [1, 2] given as text, or None; anything else is a clear error."""
     if value is None or value == "random":
@@ -94,9 +99,12 @@ class ModelArguments(AlphaArguments):
             "weights (its softmax heads become α-entmax heads). Omit to train a fresh model of --model_size."
         },
     )
-    model_size: str = field(
-        default="small",
-        metadata={"help": f"Size of a fresh model: one of {', '.join(MODEL_PRESETS)} (base = Transformer-Base)."},
+    model_size: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Size of a fresh model: one of {', '.join(MODEL_PRESETS)} (base = Transformer-Base). "
+            f"Default: {DEFAULT_MODEL_SIZE}. Not with --model_name_or_path (the checkpoint has its size)."
+        },
     )
     recipe: str = field(
         default="auto",
@@ -129,9 +137,28 @@ class ModelArguments(AlphaArguments):
             "style unigram tokenizer trained on the training data."
         },
     )
-    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a tokenizer trained on the data."})
+    vocab_size: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Vocabulary size of a tokenizer trained on the data (a fresh model without --tokenizer_name). "
+            f"Default: {DEFAULT_VOCAB_SIZE}."
+        },
+    )
 
     def __post_init__(self):
+        # A flag that would be ignored is refused: the checkpoint or the named tokenizer decides these.
+        if self.model_name_or_path is not None and self.model_size is not None:
+            raise HfEntmaxValueError(
+                f"--model_size {self.model_size} applies to a fresh model; --model_name_or_path "
+                f"{self.model_name_or_path} has its own size"
+            )
+        if (self.model_name_or_path or self.tokenizer_name) is not None and self.vocab_size is not None:
+            raise HfEntmaxValueError(
+                "--vocab_size applies to a tokenizer trained on the data; with --model_name_or_path or "
+                "--tokenizer_name the given tokenizer keeps its vocabulary"
+            )
+        self.model_size = self.model_size or DEFAULT_MODEL_SIZE
+        self.vocab_size = self.vocab_size or DEFAULT_VOCAB_SIZE
         if self.model_size not in MODEL_PRESETS:
             raise HfEntmaxValueError(
                 f"--model_size must be one of {', '.join(MODEL_PRESETS)}, got {self.model_size!r}"
@@ -155,9 +182,6 @@ class ModelArguments(AlphaArguments):
     def alpha_options_given(self) -> dict[str, object]:
         """The α flags given (parsed), by option name; the others keep the starting point's settings."""
         return given_alpha_options(self)
-
-
-DEFAULT_MAX_LENGTH = 128
 
 
 @dataclass
