@@ -60,7 +60,7 @@ def main() -> None:
         output_dir = Path(arguments.output_dir) / name.split()[0].replace("α", "alpha")
         model_args = ModelArguments(
             model_size="small",
-            vocab_size=8000,
+            vocab_size=None if shared_tokenizer else 8000,  # a shared tokenizer keeps its vocabulary
             tokenizer_name=shared_tokenizer,
             alpha_learning_rate=arguments.alpha_learning_rate,
             **VARIANTS[name],
