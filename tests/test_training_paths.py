@@ -244,6 +244,13 @@ def test_alpha_learning_rate_zero_freezes_alpha(tmp_path, files):
         (["--learning_rat", "1e-3"], "unknown argument: --learning_rat \\(did you mean --learning_rate\\?\\)"),
         (["--do_train", "False", "--do_eval", "False", "--do_predict", "False"], "there is nothing to do"),
         (["--num_beams", "2", "--generation_num_beams", "3"], "--num_beams 2 and --generation_num_beams 3 disagree"),
+        (["--learning_rate", "-1"], "--learning_rate must be a finite number ≥ 0, got -1.0"),
+        (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be a positive whole number"),
+        (
+            ["--max_steps", "abc"],
+            "argument --max_steps/--max-steps: invalid int value: 'abc'; see hf-entmax train --help",
+        ),
+        (["--learn_alpha", "maybe"], "argument --learn_alpha/--learn-alpha: Truthy value expected"),
     ],
 )
 def test_bad_flags_are_one_line(tmp_path, files, capsys, flags, message):
@@ -352,3 +359,25 @@ def test_lengths_beyond_the_models_positions_are_refused(tmp_path, files, marian
 def test_flags_that_would_be_ignored_are_refused(flags, message):
     with pytest.raises(HfEntmaxValueError, match=message):
         parse_arguments(flags)
+
+
+def test_a_run_never_replaces_files_it_did_not_write(tmp_path, files, adaptive_folder, capsys):
+    argv = ["train", "--train_file", files["train"], *PAIR, *QUICK, "--model_size", "tiny", "--vocab_size", "200"]
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("my project\n")
+    assert main([*argv, "--output_dir", str(project)]) == 1
+    assert "holds files that are not from a hf-entmax run (README.md)" in capsys.readouterr().err
+    assert (project / "README.md").read_text() == "my project\n"
+    # The model being fine-tuned is never the output.
+    fine_tune = ["train", "--model_name_or_path", str(adaptive_folder), "--train_file", files["train"], *PAIR, *QUICK]
+    assert main([*fine_tune, "--output_dir", str(adaptive_folder), "--overwrite_output_dir", "True"]) == 1
+    assert "is the model being trained from" in capsys.readouterr().err
+    assert main([*argv, "--output_dir", files["train"]]) == 1
+    assert "is a file; give a folder" in capsys.readouterr().err
+    # An earlier run's folder is written again; a foreign one only when asked.
+    run = tmp_path / "run"
+    assert main([*argv, "--output_dir", str(run)]) == 0
+    assert main([*argv, "--output_dir", str(run)]) == 0
+    assert main([*argv, "--output_dir", str(project), "--overwrite_output_dir", "True"]) == 0
+    assert (project / "README.md").read_text() != "my project\n" and (project / "model.safetensors").is_file()

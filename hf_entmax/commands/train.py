@@ -15,7 +15,7 @@ import yaml
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..errors import HfEntmaxValueError
-from ..training.arguments import DataArguments, ModelArguments
+from ..training.arguments import DataArguments, ModelArguments, TrainingArguments
 from ..training.recipes import choose_recipe, recipe_flags
 from ..training.run import train
 
@@ -25,17 +25,24 @@ DEFAULT_OUTPUT_DIR = "outputs/train"
 STAGE_FLAGS = ("do_train", "do_eval", "do_predict")
 
 
+class OneLineArgumentParser(HfArgumentParser):
+    """HfArgumentParser whose errors (a bad value, a missing one) are one line, not the usage of 300 flags."""
+
+    def error(self, message: str):
+        raise HfEntmaxValueError(f"{message}; see {self.prog} --help")
+
+
 def build_parser() -> HfArgumentParser:
     # No abbreviations: the command must know exactly which flags were given (a recipe fills in the others).
-    return HfArgumentParser(
-        (ModelArguments, DataArguments, Seq2SeqTrainingArguments),
+    return OneLineArgumentParser(
+        (ModelArguments, DataArguments, TrainingArguments),
         prog="hf-entmax train",
         description=__doc__,
         allow_abbrev=False,
     )
 
 
-def parse_arguments(argv: Sequence[str]) -> tuple[ModelArguments, DataArguments, Seq2SeqTrainingArguments]:
+def parse_arguments(argv: Sequence[str]) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
     """Parse flags, or a single .json/.yaml file, into the three argument dataclasses.
 
     Settings not given are filled in, in this order of precedence: what the user gave; the optimiser recipe

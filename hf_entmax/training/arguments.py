@@ -9,6 +9,7 @@ import argparse
 import math
 from dataclasses import Field, dataclass, field, fields, make_dataclass
 
+from transformers import Seq2SeqTrainingArguments
 from transformers.hf_argparser import string_to_bool
 
 from ..errors import HfEntmaxValueError
@@ -314,3 +315,41 @@ class DataArguments:
 
     def uses_synthetic_data(self) -> bool:
         return self.dataset_name is None and not self.local_files()
+
+
+@dataclass
+class TrainingArguments(Seq2SeqTrainingArguments):
+    """transformers' `Seq2SeqTrainingArguments`, with run_translation.py's ``--overwrite_output_dir`` and its numbers
+    checked at the boundary (Trainer would only fail on them deep inside torch, mid-run)."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Write into --output_dir even if it holds files that are not from an earlier hf-entmax run "
+            "(they are kept, but files of the same name are replaced)."
+        },
+    )
+
+    def __post_init__(self):
+        checks = [
+            ("learning_rate", self.learning_rate, lambda value: value >= 0, "≥ 0"),
+            ("weight_decay", self.weight_decay, lambda value: value >= 0, "≥ 0"),
+            ("max_grad_norm", self.max_grad_norm, lambda value: value >= 0, "≥ 0 (0 disables clipping)"),
+            ("warmup_steps", self.warmup_steps, lambda value: value >= 0, "≥ 0 (a fraction below 1 of the steps)"),
+            ("num_train_epochs", self.num_train_epochs, lambda value: value > 0, "> 0"),
+            ("label_smoothing_factor", self.label_smoothing_factor, lambda value: 0 <= value < 1, "in [0, 1)"),
+            ("adam_beta1", self.adam_beta1, lambda value: 0 <= value < 1, "in [0, 1)"),
+            ("adam_beta2", self.adam_beta2, lambda value: 0 <= value < 1, "in [0, 1)"),
+            ("adam_epsilon", self.adam_epsilon, lambda value: value > 0, "> 0"),
+        ]
+        for name, value, allowed, expected in checks:
+            if not (math.isfinite(value) and allowed(value)):
+                raise HfEntmaxValueError(f"--{name} must be a finite number {expected}, got {value!r}")
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise HfEntmaxValueError(f"--{name} must be a positive whole number, got {getattr(self, name)!r}")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise HfEntmaxValueError(
+                f"--max_steps must be a positive number of steps (or -1: epochs), got {self.max_steps}"
+            )
+        super().__post_init__()

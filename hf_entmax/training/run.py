@@ -185,6 +185,40 @@ def last_complete_checkpoint(output_dir: Path) -> Path | None:
     return None
 
 
+# What a run writes before anything else (the tokenizer), and what marks a folder as an earlier run's.
+_FIRST_FILES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
+_RUN_MARKERS = (SUMMARY_FILE, "trainer_state.json")
+
+
+def check_output_dir(output_dir: Path, model_name_or_path: str | None, overwrite: bool) -> None:
+    """Refuse to write where a run would replace what it did not write.
+
+    Raises:
+        HfEntmaxValueError: ``output_dir`` is a file, is the model being fine-tuned, or holds files that are not from
+            an earlier hf-entmax run (unless ``overwrite``, i.e. ``--overwrite_output_dir``).
+    """
+    if output_dir.exists() and not output_dir.is_dir():
+        raise HfEntmaxValueError(f"--output_dir {output_dir} is a file; give a folder")
+    if model_name_or_path is not None and Path(model_name_or_path).exists():
+        if Path(model_name_or_path).resolve() == output_dir.resolve():
+            raise HfEntmaxValueError(
+                f"--output_dir {output_dir} is the model being trained from (--model_name_or_path): write the new "
+                "model to another folder"
+            )
+    if overwrite or not output_dir.is_dir():
+        return
+    entries = {path.name for path in output_dir.iterdir()}
+    earlier_run = any(name in entries for name in _RUN_MARKERS) or any(
+        name.startswith("checkpoint-") for name in entries
+    )
+    if entries and not earlier_run and not entries <= _FIRST_FILES:
+        listed = ", ".join(sorted(entries)[:5]) + (", …" if len(entries) > 5 else "")
+        raise HfEntmaxValueError(
+            f"--output_dir {output_dir} holds files that are not from a hf-entmax run ({listed}); choose a new "
+            "folder, or give --overwrite_output_dir to write into it anyway"
+        )
+
+
 def resolve_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | None:
     """``--resume_from_checkpoint``: a path, or true/last for the newest complete checkpoint in ``output_dir``."""
     requested = training_args.resume_from_checkpoint
@@ -323,7 +357,11 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
     and ``pipeline("translation", model=folder, trust_remote_code=True)``, also without hf_entmax.
     """
     output_dir = Path(training_args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(output_dir, model_args.model_name_or_path, getattr(training_args, "overwrite_output_dir", False))
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise HfEntmaxValueError(f"--output_dir {output_dir}: cannot create it ({error.strerror})") from None
     transformers.utils.logging.set_verbosity_warning()
     set_seed(training_args.seed)
     checkpoint = resolve_checkpoint(training_args)
