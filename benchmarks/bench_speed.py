@@ -1,6 +1,6 @@
 """Speed of α-entmax attention: the mapping, full attention and the model, as ratios measured in the same run.
 
-    python benchmarks/bench_speed.py [--sections mapping attention model] [--repeats 7]
+    python benchmarks/bench_speed.py [--sections mapping attention model] [--repeats 7] [--markdown PATH] [--threads N]
 
 Every time is the median of ``--repeats`` rounds after a warm-up; the variants compared run in turn within each
 round, so every ratio divides two times taken side by side (absolute times on a shared machine are noise; ratios
@@ -11,11 +11,14 @@ much less so).
    package (`entmax_bisect`; `entmax15`/`sparsemax` for fixed α = 1.5 and 2).
 2. attention: scores, padding mask, mapping, weighted values, forward + backward, against
    `torch.nn.functional.scaled_dot_product_attention` with the same mask.
-3. model: the `small` preset (d_model 256, 3+3 layers, 4 heads) on Multi30k-length batches (64 pairs, 10–25
-   tokens a side): training tokens/s (forward, backward, AdamW step) and beam-5 generation sentences/s of
-   AdaptiveEntmaxMarian (learnable α) against `MarianMTModel` with SDPA attention, identical config and weights;
-   training steps run on the same four batches. Peak memory of training above the model's own (RSS, each variant
-   measured in a fresh process).
+3. model: the model `hf-entmax train` builds by default (`load_model(ModelArguments(), …)`: the `small` preset,
+   d_model 256, 3+3 layers, 4 heads, learnable α from a random start, dropout and attention dropout 0.1) with its
+   default vocabulary size, against `MarianMTModel` with SDPA attention and the same architecture, dropout, attention
+   dropout and weights, on Multi30k-length batches (64 pairs, 10–25 tokens a side): training tokens/s (forward,
+   backward, AdamW step, in training mode: dropout on) on the same four batches, beam-5 generation sentences/s, and
+   the peak memory of training above the model's own (RSS, each variant measured in a fresh process).
+
+``--markdown docs/benchmarks.md`` also puts the tables into that page, between its ``table:speed`` markers.
 """
 
 import argparse
@@ -23,17 +26,24 @@ import multiprocessing
 import os
 import platform
 import resource
+import shlex
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import entmax as entmax_reference
 import torch
+from tables import write_table
+from tokenizers import Tokenizer, models
 from torch.nn.functional import scaled_dot_product_attention
+from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
-from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel, entmax, entmax15, sparsemax
+from hf_entmax import AdaptiveEntmaxMarianMTModel, entmax, entmax15, sparsemax
 from hf_entmax.kernels.cpu import kernel_available
 from hf_entmax.modeling.modeling_adaptive_entmax_marian import entmax_attention_forward
-from hf_entmax.training.presets import preset_config_kwargs
+from hf_entmax.training.arguments import DEFAULT_MAX_LENGTH, ModelArguments
+from hf_entmax.training.run import load_model
 
 
 def median_seconds(steps: list, repeats: int) -> list[float]:
@@ -74,10 +84,10 @@ def forward_backward(function, *inputs: torch.Tensor):
     return step
 
 
-def bench_mapping(shapes, repeats: int) -> None:
-    print("\n#### 1. The mapping, forward + backward\n")
-    print("| shape (B, H, Lq, Lk) | mapping | ms | × torch.softmax | speed-up over `entmax` |")
-    print("| --- | --- | ---: | ---: | ---: |")
+def bench_mapping(shapes, repeats: int, report) -> None:
+    report("\n#### 1. The mapping, forward + backward\n")
+    report("| shape (B, H, Lq, Lk) | mapping | ms | × torch.softmax | speed-up over `entmax` |")
+    report("| --- | --- | ---: | ---: | ---: |")
     for shape in shapes:
         scores = attention_scores(shape)
         alpha = per_head_alpha(shape[1])
@@ -90,9 +100,9 @@ def bench_mapping(shapes, repeats: int) -> None:
         for _, ours, reference, inputs in rows:
             steps += [forward_backward(ours, *inputs), forward_backward(reference, *inputs)]
         softmax, *seconds = median_seconds(steps, repeats)
-        print(f"| {shape} | torch.softmax | {1000 * softmax:.2f} | 1.0 | |")
+        report(f"| {shape} | torch.softmax | {1000 * softmax:.2f} | 1.0 | |")
         for (name, *_), ours_seconds, reference_seconds in zip(rows, seconds[::2], seconds[1::2], strict=True):
-            print(
+            report(
                 f"| {shape} | hf_entmax, {name} | {1000 * ours_seconds:.2f} | {ours_seconds / softmax:.2f} "
                 f"| {reference_seconds / ours_seconds:.1f}× |"
             )
@@ -110,10 +120,10 @@ class _HeadAlphas(torch.nn.Module):
         return 1 + torch.sigmoid(self.alpha_logits)
 
 
-def bench_attention(shapes, repeats: int) -> None:
-    print("\n#### 2. Full attention (scores, padding mask, mapping, values), forward + backward\n")
-    print("| shape (B, H, L, L), head dim 64 | ms entmax | ms SDPA | × SDPA |")
-    print("| --- | ---: | ---: | ---: |")
+def bench_attention(shapes, repeats: int, report) -> None:
+    report("\n#### 2. Full attention (scores, padding mask, mapping, values), forward + backward\n")
+    report("| shape (B, H, L, L), head dim 64 | ms entmax | ms SDPA | × SDPA |")
+    report("| --- | ---: | ---: | ---: |")
     for batch, heads, length, _ in shapes:
         generator = torch.Generator().manual_seed(1)
         query, key, value = (torch.randn(batch, heads, length, 64, generator=generator) for _ in range(3))
@@ -138,7 +148,7 @@ def bench_attention(shapes, repeats: int) -> None:
             ],
             repeats,
         )
-        print(f"| {(batch, heads, length, length)} | {1000 * ours:.2f} | {1000 * sdpa:.2f} | {ours / sdpa:.2f} |")
+        report(f"| {(batch, heads, length, length)} | {1000 * ours:.2f} | {1000 * sdpa:.2f} | {ours / sdpa:.2f} |")
 
 
 def model_batch(config, seed: int, batch_size: int = 64) -> dict[str, torch.Tensor]:
@@ -154,27 +164,53 @@ def model_batch(config, seed: int, batch_size: int = 64) -> dict[str, torch.Tens
     return batch
 
 
-def build_model(kind: str):
-    from transformers import MarianConfig, MarianMTModel
+def cli_default_model() -> tuple[AdaptiveEntmaxMarianMTModel, ModelArguments]:
+    """The model `hf-entmax train` builds by default, from its default `ModelArguments`, and those arguments.
 
-    config = AdaptiveEntmaxMarianConfig(
-        **preset_config_kwargs("small"),
-        vocab_size=8000,
-        decoder_vocab_size=8000,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-        alpha_init="random",
-        learn_alpha=True,
+    The command trains its tokenizer on the data; a stand-in with the default vocabulary size and the same special
+    tokens (``<pad>`` 0, which also starts decoding, ``</s>`` 1, ``<unk>`` 2) gives the model the same shape.
+    """
+    arguments = ModelArguments()
+    pieces = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {f"piece{index}": index for index in range(3, arguments.vocab_size)}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(pieces, unk_token="<unk>")),
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
     )
     torch.manual_seed(0)
-    model = AdaptiveEntmaxMarianMTModel(config)
-    if kind == "marian":
-        marian_config = MarianConfig(**{k: v for k, v in config.to_dict().items() if not k.startswith("alpha")})
-        marian = MarianMTModel._from_config(marian_config, attn_implementation="sdpa")
-        marian.load_state_dict(model.state_dict(), strict=False)
-        model = marian
-    return model, config
+    return load_model(arguments, tokenizer, DEFAULT_MAX_LENGTH), arguments
+
+
+def build_models() -> dict[str, torch.nn.Module]:
+    """``"entmax"``: the default `hf-entmax train` model; ``"marian"``: `MarianMTModel` with SDPA attention and its
+    architecture, dropouts and weights."""
+    model, _ = cli_default_model()
+    marian_fields = {
+        key: value for key, value in model.config.to_dict().items() if key in MarianConfig.__dataclass_fields__
+    }
+    marian = MarianMTModel._from_config(MarianConfig(**marian_fields), attn_implementation="sdpa")
+    marian.load_state_dict(model.state_dict(), strict=False)  # all but the α logits
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
+        assert getattr(marian.config, name) == getattr(model.config, name), name
+    return {"marian": marian, "entmax": model}
+
+
+def describe_configuration() -> str:
+    """What the model section measures: the preset, the dropouts and how α is chosen, read from the built model."""
+    model, arguments = cli_default_model()
+    config = model.config
+    alphas = []
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        settings = config.alpha_settings(kind)
+        start = "a random start" if settings.init == "random" else f"{float(settings.init):g}"
+        alphas.append(f"learned per head from {start}" if settings.learn else f"fixed at {float(settings.init):g}")
+    alpha = alphas[0] if len(set(alphas)) == 1 else ", ".join(alphas) + " (encoder self, decoder self, cross)"
+    return (
+        f"`hf-entmax train` defaults: preset `{arguments.model_size}` (d_model {config.d_model}, "
+        f"{config.encoder_layers}+{config.decoder_layers} layers, {config.encoder_attention_heads} heads), vocabulary "
+        f"{config.vocab_size}, dropout {config.dropout}, attention dropout {config.attention_dropout}, α {alpha}"
+    )
 
 
 def current_rss_bytes() -> int:
@@ -213,17 +249,24 @@ def generation_step(model, batch):
 
 
 def measure_peak_memory(kind: str, queue) -> None:
-    """In a fresh process: the peak resident memory of training, above the model's own."""
-    model, config = build_model(kind)
+    """In a fresh process: the peak resident memory of training, above the model's own.
+
+    Both models are built in each process and one is dropped, so that both measurements start from the same
+    allocations (memory freed by the dropped model is reused by training either way), and the kernel's library is
+    loaded before: it is code, not training memory.
+    """
+    model = build_models()[kind]
+    kernel_available()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batches = [model_batch(config, seed) for seed in range(4)]
+    batches = [model_batch(model.config, seed) for seed in range(4)]
     resident_before = current_rss_bytes()
     training_step(model, optimizer, batches)()
     queue.put(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - resident_before)
 
 
-def bench_model(repeats: int) -> None:
-    print("\n#### 3. The model (`small` preset), AdaptiveEntmaxMarian (learnable α) vs MarianMTModel (SDPA)\n")
+def bench_model(repeats: int, report) -> None:
+    report("\n#### 3. The model `hf-entmax train` builds by default vs MarianMTModel (SDPA), training mode\n")
+    report(f"Measured: {describe_configuration()}; MarianMTModel with the same architecture, dropouts and weights.\n")
     context = multiprocessing.get_context("spawn")
     memory = {}
     for kind in ("marian", "entmax"):
@@ -233,28 +276,35 @@ def bench_model(repeats: int) -> None:
         memory[kind] = queue.get()
         process.join()
 
-    models = {kind: build_model(kind) for kind in ("marian", "entmax")}
-    config = models["entmax"][1]
-    batches = [model_batch(config, seed) for seed in range(4)]
+    models = build_models()
+    batches = [model_batch(models["entmax"].config, seed) for seed in range(4)]
     tokens = sum(int(batch["attention_mask"].sum() + (batch["labels"] != -100).sum()) for batch in batches)
     training = median_seconds(
-        [
-            training_step(model, torch.optim.AdamW(model.parameters(), lr=1e-4), batches)
-            for model, _ in models.values()
-        ],
+        [training_step(model, torch.optim.AdamW(model.parameters(), lr=1e-4), batches) for model in models.values()],
         repeats,
     )
-    generation = median_seconds([generation_step(model, batches[0]) for model, _ in models.values()], repeats)
+    generation = median_seconds([generation_step(model, batches[0]) for model in models.values()], repeats)
     (marian_train, train), (marian_generate, generate) = (tokens / s for s in training), (16 / s for s in generation)
-    print("| measure | MarianMTModel (SDPA) | AdaptiveEntmaxMarian | ratio |")
-    print("| --- | ---: | ---: | ---: |")
-    print(f"| training tokens/s | {marian_train:,.0f} | {train:,.0f} | {train / marian_train:.2f} |")
+    report("| measure | MarianMTModel (SDPA) | AdaptiveEntmaxMarian | ratio |")
+    report("| --- | ---: | ---: | ---: |")
+    report(f"| training tokens/s (dropout on) | {marian_train:,.0f} | {train:,.0f} | {train / marian_train:.2f} |")
     generation_ratio = generate / marian_generate
-    print(f"| beam-5 generation sentences/s | {marian_generate:.1f} | {generate:.1f} | {generation_ratio:.2f} |")
-    print(
+    report(f"| beam-5 generation sentences/s | {marian_generate:.1f} | {generate:.1f} | {generation_ratio:.2f} |")
+    report(
         f"| peak training memory (MiB) | {memory['marian'] / 2**20:,.0f} | {memory['entmax'] / 2**20:,.0f} "
         f"| {memory['entmax'] / memory['marian']:.2f} |"
     )
+
+
+class Report:
+    """The benchmark's output: printed as it comes, and kept for ``--markdown``."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def __call__(self, text: str) -> None:
+        print(text, flush=True)
+        self.lines.append(text)
 
 
 def main() -> None:
@@ -262,19 +312,34 @@ def main() -> None:
     parser.add_argument("--sections", nargs="+", default=["mapping", "attention", "model"])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--shapes", nargs="+", default=["8,8,64,64", "4,8,256,256", "1,8,1024,1024"])
+    parser.add_argument(
+        "--markdown", type=Path, help="Also put the tables into this Markdown file (between its table:speed markers)."
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch's CPU threads (default: torch's own); 1 gives steadier ratios on a busy machine.",
+    )
     arguments = parser.parse_args()
     shapes = [tuple(int(size) for size in text.split(",")) for text in arguments.shapes]
+    if arguments.threads is not None:
+        torch.set_num_threads(arguments.threads)
 
-    print(
+    report = Report()
+    report(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), native kernel: {'yes' if kernel_available() else 'NO (PyTorch path)'}"
     )
     if "mapping" in arguments.sections:
-        bench_mapping(shapes, arguments.repeats)
+        bench_mapping(shapes, arguments.repeats, report)
     if "attention" in arguments.sections:
-        bench_attention(shapes[:2], arguments.repeats)
+        bench_attention(shapes[:2], arguments.repeats, report)
     if "model" in arguments.sections:
-        bench_model(arguments.repeats)
+        bench_model(arguments.repeats, report)
+    if arguments.markdown is not None:
+        command = shlex.join(["python", "benchmarks/bench_speed.py", *sys.argv[1:]])
+        measured = f"Measured on {time.strftime('%Y-%m-%d')} with `{command}`."
+        write_table(arguments.markdown, "speed", "\n".join([*report.lines, "", measured]))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from hf_entmax import (
     AdaptiveEntmaxMarianMTModel,
     entmax,
 )
+from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention
 
 
@@ -191,6 +192,28 @@ def test_attention_probabilities_match_entmax_of_the_scores(batch):
     scores = scores.masked_fill(batch["attention_mask"][:, None, None, :] == 0, float("-inf"))
     expected = entmax(scores, layer.alpha().view(1, 4, 1, 1))
     torch.testing.assert_close(out.encoder_attentions[0], expected)
+
+
+@pytest.mark.parametrize("path", ["fused kernel", "composed"])
+def test_attention_dropout_in_training_returns_the_weights_that_multiplied_the_values(batch, monkeypatch, path):
+    """Training drops attention weights with probability p and multiplies the others by 1 / (1 − p), and the model
+    returns those weights, as Marian's eager attention does; a seed reproduces them; evaluation drops none. The first
+    encoder layer sees the same inputs in both modes (no other dropout here), so its training weights are its
+    evaluation probabilities, each either dropped or doubled (p = 1/2), and about half of the support is kept (within
+    6σ, σ² = 1/(4n))."""
+    if path == "composed":
+        monkeypatch.setattr(modeling, "native_entmax_attention", None)
+    model = tiny_model(init_std=0.5, alpha_init=1.3, attention_dropout=0.5, dropout=0.0)
+    probabilities = model(**batch, output_attentions=True).encoder_attentions[0]
+    torch.manual_seed(0)
+    weights = model.train()(**batch, output_attentions=True).encoder_attentions[0]
+    kept = weights != 0
+    assert torch.equal(weights[kept], 2 * probabilities[kept])
+    support = probabilities > 0
+    assert abs(kept[support].double().mean().item() - 0.5) < 6 * (0.25 / support.sum().item()) ** 0.5
+    torch.manual_seed(0)
+    assert torch.equal(model(**batch, output_attentions=True).encoder_attentions[0], weights)
+    assert torch.equal(model.eval()(**batch, output_attentions=True).encoder_attentions[0], probabilities)
 
 
 def test_padding_does_not_change_the_result(batch):

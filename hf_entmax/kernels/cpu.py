@@ -3,51 +3,72 @@
 The kernel runs Newton on each row's normaliser over the shrinking set of candidates for the support,
 fused into one loop per row, with vectorised exp/log; its backward gives the gradient w.r.t. the scores and
 α in one pass. It is built with the machine's C++ compiler through `torch.utils.cpp_extension` into
-``$HF_ENTMAX_CACHE`` (default ``~/.cache/hf_entmax``), keyed by the source and the compiler flags, so it is
-compiled once per machine (~20 s). Without a compiler, or if the build fails, `native_entmax` returns
-``None`` after one warning and the callers use the PyTorch implementation. ``HF_ENTMAX_NATIVE=0`` turns the
-kernel off.
+``$HF_ENTMAX_CACHE`` (default ``~/.cache/hf_entmax``), keyed by the source, the compiler flags, the torch version
+and the CPU, so it is compiled once per machine (~20 s). It is built for ``-march=$HF_ENTMAX_MARCH`` (default
+``native``, the machine's own instruction set; ``x86-64`` gives a baseline build without AVX2, as CI uses to test
+the generic code). Without a compiler, or if the build fails, `native_entmax` returns ``None`` after one warning
+and the callers use the PyTorch implementation. ``HF_ENTMAX_NATIVE=0`` turns the kernel off.
 
 `native_entmax` serves the mapping (`hf_entmax.entmax`); `native_entmax_attention` serves the model's attention,
-fused so that a training step allocates two attention-sized tensors instead of five.
+fused (attention dropout included) so that a training step allocates two or three attention-sized tensors instead
+of five or more.
 """
 
 import hashlib
 import os
+import platform
+import re
 import warnings
 from pathlib import Path
 
 import torch
 
+from ..errors import HfEntmaxValueError
+
 
 SOURCE = Path(__file__).parent / "csrc" / "entmax_cpu.cpp"
-# -fno-trapping-math lets GCC vectorise the branch-free exp/log (they evaluate both arms of a select);
-# -march=native is safe because the build is cached per machine (the digest includes the CPU's flags).
-COMPILER_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
+# -fno-trapping-math lets GCC vectorise the branch-free exp/log (they evaluate both arms of a select).
+BASE_COMPILER_FLAGS = ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
 _state: dict[str, object] = {}
 
 
-def _cpu_signature() -> str:
+def compiler_flags() -> list[str]:
+    """The flags the kernel is built with: ``-march`` from ``HF_ENTMAX_MARCH`` (default ``native``)."""
+    march = os.environ.get("HF_ENTMAX_MARCH", "native")
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", march):
+        raise HfEntmaxValueError(
+            f"HF_ENTMAX_MARCH must be a -march value of the C++ compiler such as native or x86-64, got {march!r}"
+        )
+    return [*BASE_COMPILER_FLAGS, f"-march={march}"]
+
+
+def _cpu_features() -> str:
+    """The CPU's feature line on Linux ("flags" on x86, "Features" on Arm); empty where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
+            if line.split(":")[0].strip().lower() in ("flags", "features"):
                 return line
     except OSError:
         pass
     return ""
 
 
+def build_name(flags: list[str]) -> str:
+    """The name of the kernel's build with ``flags``: a digest of the source, the flags, the torch version and the CPU.
+
+    A ``-march=native`` build runs only on CPUs like this one, so the CPU is part of the name: a cache shared between
+    machines (a network home, a CI cache) never hands one machine another's build.
+    """
+    key = "\n".join([platform.machine(), " ".join(flags), torch.__version__, _cpu_features()])
+    return f"hf_entmax_cpu_{hashlib.sha256(SOURCE.read_bytes() + key.encode()).hexdigest()[:16]}"
+
+
 def _build() -> bool:
     """Compile (or load the cached build of) the kernel; False, after one warning, if that fails."""
     if os.environ.get("HF_ENTMAX_NATIVE", "1") == "0":
         return False
-    digest = hashlib.sha256(
-        SOURCE.read_bytes()
-        + " ".join(COMPILER_FLAGS).encode()
-        + _cpu_signature().encode()
-        + torch.__version__.encode()
-    ).hexdigest()[:16]
-    name = f"hf_entmax_cpu_{digest}"
+    flags = compiler_flags()
+    name = build_name(flags)
     build_directory = Path(os.environ.get("HF_ENTMAX_CACHE", Path.home() / ".cache" / "hf_entmax")) / name
     library = build_directory / f"{name}.so"
     try:
@@ -60,7 +81,7 @@ def _build() -> bool:
             cpp_extension.load(
                 name=name,
                 sources=[str(SOURCE)],
-                extra_cflags=COMPILER_FLAGS,
+                extra_cflags=flags,
                 extra_ldflags=["-fopenmp"],
                 build_directory=str(build_directory),
                 is_python_module=False,
@@ -69,8 +90,9 @@ def _build() -> bool:
         return hasattr(torch.ops.hf_entmax, "entmax_forward")
     except Exception as error:  # no compiler, no ninja, a compile error: all mean "use PyTorch"
         warnings.warn(
-            f"hf_entmax: the fast CPU kernel could not be built ({type(error).__name__}: {str(error)[:300]}); "
-            "using the PyTorch implementation, which is slower. Set HF_ENTMAX_NATIVE=0 to skip the attempt.",
+            f"hf_entmax: the fast CPU kernel could not be built with {' '.join(flags)} ({type(error).__name__}: "
+            f"{str(error)[:300]}); using the PyTorch implementation, which is slower. Set HF_ENTMAX_NATIVE=0 to skip "
+            "the attempt.",
             stacklevel=3,
         )
         return False
@@ -130,49 +152,88 @@ def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -
     return probs if probs.dtype == scores.dtype else probs.to(scores.dtype)
 
 
+def draw_keep_mask(
+    shape: torch.Size | tuple[int, ...], dropout: float, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Which attention weights dropout keeps: a bool tensor of ``shape``, each entry True with probability
+    ``1 − dropout``, drawn from ``generator`` (torch's default generator, as `nn.functional.dropout` draws, when
+    ``None``, so that ``torch.manual_seed``/``set_seed`` make a run reproducible)."""
+    # bool: a quarter of the memory of the float mask nn.functional.dropout keeps for its backward.
+    return torch.empty(shape, dtype=torch.bool).bernoulli_(1.0 - dropout, generator=generator)
+
+
+def _keep_scale(dropout: float) -> float:
+    # As nn.functional.dropout: kept weights are multiplied by 1 / (1 − p); at p = 1 nothing is kept (and 0 · ∞ = NaN).
+    return 1.0 / (1.0 - dropout) if dropout < 1.0 else 0.0
+
+
 def _attention_forward(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, alpha: torch.Tensor, mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    alpha: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout: float,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(output, weights, probs, keep)``: without dropout the weights are the probabilities and ``keep`` is None."""
     # The scores are a temporary of this function alone, so the kernel turns them into the probabilities in place.
     probs = torch.ops.hf_entmax.entmax_forward_(torch.matmul(query, key.transpose(-1, -2)), alpha, mask)
-    return torch.matmul(probs, value), probs
+    if dropout == 0.0:
+        return torch.matmul(probs, value), probs, probs, None
+    keep = draw_keep_mask(probs.shape, dropout, generator)
+    weights = torch.mul(probs, keep).mul_(_keep_scale(dropout))
+    return torch.matmul(weights, value), weights, probs, keep
 
 
 class NativeEntmaxAttentionFunction(torch.autograd.Function):
-    """``probs = entmax(query keyᵀ + mask)``, ``output = probs value``, with one attention-sized tensor per pass.
+    """``probs = entmax(query keyᵀ + mask)``, ``weights = dropout(probs)``, ``output = weights value``, with as few
+    attention-sized tensors as the gradients allow.
 
     Composed of separate operations, attention allocates five tensors of its scores' size per training step (the
-    scores, the masked scores, the probabilities, and their two gradients), and fresh memory can cost as much to fault
-    in as the kernel's own work on it (see the README). Here the mask is added inside the kernel, the probabilities
-    overwrite the scores, and the gradient to the scores overwrites the gradient to the probabilities, which this
-    function alone holds. The inputs are as in `native_entmax_attention`.
+    scores, the masked scores, the probabilities, and their two gradients), and with dropout eight (its float mask,
+    the dropped weights and their gradient too), three of which live from the forward to the backward; fresh memory
+    can cost as much to fault in as the kernel's own work on it (see the README). Here the mask is added inside the
+    kernel and the probabilities overwrite the scores; without dropout the gradient to the scores overwrites the
+    gradient to the probabilities, which this function alone holds. Dropout keeps its mask as bool and the dropped
+    weights only until the forward returns; the backward recomputes them for the values' gradient in the one buffer
+    that then takes, in turn, the gradient to the weights, to the probabilities and to the scores. So a step
+    allocates two attention-sized tensors without dropout and three (and a bool mask) with it, and keeps the
+    probabilities (and the mask) for the backward. The inputs are as in `native_entmax_attention`.
     """
 
     @staticmethod
-    def forward(ctx, query, key, value, alpha, mask):
+    def forward(ctx, query, key, value, alpha, mask, dropout=0.0, generator=None):
         # Marian's heads are strided views of its projections, which every batched product would copy again; each
         # of these is used twice.
         query, key, value = (tensor.contiguous() for tensor in (query, key, value))
-        output, probs = _attention_forward(query, key, value, alpha, mask)
-        ctx.save_for_backward(query, key, value, alpha, probs)
-        ctx.set_materialize_grads(False)  # an unused `probs` (the usual case) should cost no tensor of zeros
-        return output, probs
+        output, weights, probs, keep = _attention_forward(query, key, value, alpha, mask, dropout, generator)
+        ctx.save_for_backward(query, key, value, alpha, probs, keep)
+        ctx.keep_scale = _keep_scale(dropout)
+        ctx.set_materialize_grads(False)  # unused weights (the usual case) should cost no tensor of zeros
+        return output, weights
 
     @staticmethod
-    def backward(ctx, grad_output, grad_probs):
-        query, key, value, alpha, probs = ctx.saved_tensors
-        grad_query = grad_key = grad_value = grad_alpha = None
+    def backward(ctx, grad_output, grad_weights):
+        query, key, value, alpha, probs, keep = ctx.saved_tensors
+        grad_query = grad_key = grad_value = None
+        if grad_output is None and grad_weights is None:
+            return None, None, None, None, None, None, None
+        grad_scores = None  # the buffer described above, once it exists
         if grad_output is not None:
             grad_output = grad_output.contiguous()
-            grad_scores = torch.matmul(grad_output, value.transpose(-1, -2))
-            if grad_probs is not None:
-                grad_scores += grad_probs
             if ctx.needs_input_grad[2]:
-                grad_value = torch.matmul(probs.transpose(-1, -2), grad_output)
-        elif grad_probs is not None:
-            grad_scores = grad_probs.clone(memory_format=torch.contiguous_format)
+                weights = probs if keep is None else torch.mul(probs, keep).mul_(ctx.keep_scale)
+                grad_value = torch.matmul(weights.transpose(-1, -2), grad_output)
+                if keep is not None:
+                    grad_scores = weights
+            grad_scores = torch.matmul(grad_output, value.transpose(-1, -2), out=grad_scores)
+            if grad_weights is not None:
+                grad_scores += grad_weights
         else:
-            return None, None, None, None, None
+            grad_scores = grad_weights.clone(memory_format=torch.contiguous_format)
+        if keep is not None:
+            grad_scores.mul_(keep).mul_(ctx.keep_scale)  # now the gradient to the probabilities
         grad_scores, grad_alpha = torch.ops.hf_entmax.entmax_backward_(
             probs, grad_scores, alpha, ctx.needs_input_grad[3]
         )
@@ -180,7 +241,7 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
             grad_query = torch.matmul(grad_scores, key)
         if ctx.needs_input_grad[1]:
             grad_key = torch.matmul(grad_scores.transpose(-1, -2), query)
-        return grad_query, grad_key, grad_value, grad_alpha, None
+        return grad_query, grad_key, grad_value, grad_alpha, None, None, None
 
 
 def native_entmax_attention(
@@ -189,6 +250,8 @@ def native_entmax_attention(
     value: torch.Tensor,
     alpha: torch.Tensor | float,
     mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """α-entmax attention by the native kernel, or ``None`` where it does not apply (the caller then composes it).
 
@@ -199,11 +262,21 @@ def native_entmax_attention(
         mask: Additive mask in the query's dtype that broadcasts to ``(batch, heads, query_len, key_len)``:
             0 keeps a key, −inf or the dtype's lowest value masks it. ``None`` masks nothing. A mask that
             requires a gradient is left to the caller.
+        dropout: Probability of dropping each attention weight, as ``nn.functional.dropout`` on the probabilities
+            in training (the caller passes 0 in evaluation): dropped weights become 0, the others are divided by
+            ``1 − dropout``.
+        generator: Where the dropout mask is drawn from: torch's default generator when ``None``.
 
     Returns:
-        ``(output, probs)``: ``output = probs @ value`` is ``(batch, heads, query_len, head_dim)`` and ``probs``
-        ``(batch, heads, query_len, key_len)``; gradients flow to the query, key, value and a tensor α.
+        ``(output, weights)``: ``output = weights @ value`` is ``(batch, heads, query_len, head_dim)`` and ``weights``
+        ``(batch, heads, query_len, key_len)``: the probabilities, after dropout when there is any (as Marian's eager
+        attention returns them); gradients flow from both to the query, key, value and a tensor α.
+
+    Raises:
+        ValueError: ``dropout`` outside [0, 1].
     """
+    if not 0.0 <= dropout <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout}")
     tensors = (query, key, value) if mask is None else (query, key, value, mask)
     if (
         query.dtype not in (torch.float32, torch.float64)
@@ -218,5 +291,6 @@ def native_entmax_attention(
     if not isinstance(alpha, torch.Tensor):
         alpha = torch.tensor(alpha, dtype=query.dtype)
     if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in (query, key, value, alpha)):
-        return NativeEntmaxAttentionFunction.apply(query, key, value, alpha, mask)
-    return _attention_forward(query, key, value, alpha, mask)  # inference: no autograd bookkeeping
+        return NativeEntmaxAttentionFunction.apply(query, key, value, alpha, mask, dropout, generator)
+    output, weights, _, _ = _attention_forward(query, key, value, alpha, mask, dropout, generator)  # no autograd
+    return output, weights

@@ -80,17 +80,21 @@ def entmax_attention_forward(
         attention_mask: Additive float mask broadcastable to ``(batch, heads, query_len, key_len)``:
             0 keeps a position, the dtype's lowest value masks it. ``None`` masks nothing.
         scaling: Factor applied to the query, ``head_dim ** -0.5`` by default.
-        dropout: Dropout probability on the attention probabilities.
+        dropout: Dropout probability on the attention probabilities, applied in training only.
 
     Returns:
-        ``(output, probabilities)``: ``output`` is ``(batch, query_len, heads, head_dim)`` and
-        contiguous; ``probabilities`` is ``(batch, heads, query_len, key_len)`` with exact zeros.
+        ``(output, weights)``: ``output`` is ``(batch, query_len, heads, head_dim)`` and contiguous; ``weights`` is
+        ``(batch, heads, query_len, key_len)``: the probabilities, with exact zeros, or in training with dropout the
+        weights that multiplied the values (dropped entries 0, the others divided by ``1 − dropout``), which is
+        what Marian's eager attention returns.
 
-    With hf_entmax installed, float32/float64 CPU attention without dropout runs fused in its native kernel
-    (``native_entmax_attention``), equal to the composed operations below up to float32 rounding.
+    With hf_entmax installed, float32/float64 CPU attention runs fused in its native kernel
+    (``native_entmax_attention``, dropout included), equal to the composed operations below up to float32 rounding
+    (its dropout mask is drawn differently, from the same generator).
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    dropout = dropout if module.training else 0.0
     # Scores in float32 even for half-precision models: entmax's threshold needs the precision (float64 stays).
     compute_dtype = torch.promote_types(query.dtype, torch.float32)
     mask = None
@@ -107,18 +111,18 @@ def entmax_attention_forward(
     # α is in [alpha_min, alpha_max] ⊂ [1, 2] by construction (clamped, or validated in the config).
 
     fused = None
-    if native_entmax_attention is not None and not (dropout > 0.0 and module.training):
-        fused = native_entmax_attention(query * scaling, key, value, alpha, mask)  # None where it does not apply
+    if native_entmax_attention is not None:  # None where it does not apply
+        fused = native_entmax_attention(query * scaling, key, value, alpha, mask, dropout)
     if fused is not None:
-        output, probabilities = fused
+        output, weights = fused
     else:
         scores = torch.matmul(query.to(compute_dtype) * scaling, key.to(compute_dtype).transpose(2, 3))
         if mask is not None:
             scores = scores + mask  # (B, H, Lq, Lk)
         probabilities = entmax(scores, alpha, dim=-1, check_alpha=False).to(value.dtype)
-        dropped = nn.functional.dropout(probabilities, p=dropout, training=module.training)
-        output = torch.matmul(dropped, value)  # (B, H, Lq, D)
-    return output.transpose(1, 2).contiguous(), probabilities  # (B, Lq, H, D)
+        weights = nn.functional.dropout(probabilities, p=dropout, training=dropout > 0.0)
+        output = torch.matmul(weights, value)  # (B, H, Lq, D)
+    return output.transpose(1, 2).contiguous(), weights  # (B, Lq, H, D)
 
 
 def register_attention() -> None:

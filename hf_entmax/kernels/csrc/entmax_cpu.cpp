@@ -296,6 +296,27 @@ struct Evaluation {
   int64_t outside = 0;  // candidates already out of the support
 };
 
+// shift = high + low, each a T, to within ~ε² |shift|: the passes subtract both from a score, so that t = z − shift keeps
+// its digits however large the scores are. `high` is the shift with the mantissa bits that a float lacks cleared (exact
+// in float), not the shift rounded to float: where it vectorises (solve_lanes splits eight shifts at once) with
+// -fno-trapping-math, GCC 12 folds the round trip double → float → double to the identity, which made low = 0 and
+// cost t an error of up to ε |z| (AVX-512 builds, rows of large scores).
+template <typename T>
+HF_ENTMAX_INLINE void split_shift(double shift, T& high, T& low) {
+  if constexpr (std::is_same_v<T, float>) {
+    uint64_t bits;
+    std::memcpy(&bits, &shift, sizeof(bits));
+    bits &= ~((uint64_t{1} << 29) - 1);  // a double has 52 mantissa bits, a float 23
+    double truncated;
+    std::memcpy(&truncated, &bits, sizeof(truncated));
+    high = static_cast<float>(truncated);
+    low = static_cast<float>(shift - truncated);
+  } else {
+    high = static_cast<T>(shift);
+    low = T(0);
+  }
+}
+
 // g = p / base = base^(1/β − 1), the slope of an entry in the support (minus the derivative of p w.r.t. c), from
 // t = z − row max − c and its base = 1 + β t > 0: for general kinds pass_exp(log_support_slope(...)), in two halves so
 // that a pass can run them in separate loops (see evaluate); 1 for sparsemax and base for 1.5-entmax.
@@ -326,8 +347,8 @@ template <typename T, RowKind Kind, Pass P>
 HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* inverse_bases, int64_t count, T beta,
                                      double shift) {
   constexpr int kMoments = Kind != RowKind::kNearSoftmax ? 2 : P == Pass::kRough ? 3 : 5;
-  const T shift_high = static_cast<T>(shift);
-  const T shift_low = static_cast<T>(shift - static_cast<double>(shift_high));
+  T shift_high, shift_low;
+  split_shift(shift, shift_high, shift_low);
   const T slope_exponent = T(1) / beta - T(1);
   Evaluation evaluation;
   // Sums over blocks of kSumBlock entries stay in T, which keeps the loop in one vector width (double sums would
@@ -714,8 +735,7 @@ void solve_lanes(LaneBatch<T>& batch) {
     if (all_done) break;
     for (int lane = 0; lane < kLanes; ++lane) active[lane] = !done[lane] && rough[lane] == any_rough;
     for (int lane = 0; lane < kLanes; ++lane) {
-      shift_high[lane] = static_cast<T>(shift[lane]);
-      shift_low[lane] = static_cast<T>(shift[lane] - static_cast<double>(shift_high[lane]));
+      split_shift(shift[lane], shift_high[lane], shift_low[lane]);
       mass[lane] = 0.0;
       slope[lane] = T(0);
     }
