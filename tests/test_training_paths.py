@@ -3,6 +3,7 @@ AdaptiveEntmaxMarian folder; the recipes it fills in, the stages it runs and the
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -259,7 +260,7 @@ def test_bad_flags_are_one_line(tmp_path, files, capsys, flags, message):
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1, error
     assert error.startswith("hf-entmax train: error: ")
-    assert __import__("re").search(message, error), error
+    assert re.search(message, error), error
 
 
 # --- stages and the files of a run ----------------------------------------------------------------------------
@@ -381,3 +382,12 @@ def test_a_run_never_replaces_files_it_did_not_write(tmp_path, files, adaptive_f
     assert main([*argv, "--output_dir", str(run)]) == 0
     assert main([*argv, "--output_dir", str(project), "--overwrite_output_dir", "True"]) == 0
     assert (project / "README.md").read_text() != "my project\n" and (project / "model.safetensors").is_file()
+
+
+def test_a_diverging_run_stops_with_one_line_instead_of_saving_a_broken_model(tmp_path, files, capsys):
+    output = tmp_path / "diverged"
+    argv = ["train", "--train_file", files["train"], *PAIR, *QUICK, "--model_size", "tiny", "--vocab_size", "200"]
+    argv += ["--learning_rate", "1e6", "--warmup_steps", "0", "--max_steps", "8", "--output_dir", str(output)]
+    assert main(argv) == 1
+    assert re.search(r"training diverged at step \d: the loss is nan", capsys.readouterr().err)
+    assert not (output / "model.safetensors").exists()

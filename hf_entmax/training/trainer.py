@@ -1,8 +1,12 @@
 """Seq2SeqTrainer for AdaptiveEntmaxMarian: α logits in their own optimiser group, α in every training log."""
 
+import math
+
 import torch
 from torch import nn
 from transformers import PrinterCallback, ProgressCallback, Seq2SeqTrainer
+
+from ..errors import HfEntmaxError
 
 
 def is_alpha_parameter(name: str) -> bool:
@@ -95,7 +99,23 @@ class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
             )
         return optimizer
 
+    def training_step(self, model: nn.Module, inputs: dict, num_items_in_batch=None) -> torch.Tensor:
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # Trainer leaves non-finite losses out of its logs, so a diverged run would go on and save a broken model.
+        if not torch.isfinite(loss).all():
+            raise HfEntmaxError(
+                f"training diverged at step {self.state.global_step + 1}: the loss is {loss.item()}; lower "
+                "--learning_rate (or --alpha_learning_rate), or raise --warmup_steps"
+            )
+        return loss
+
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         if "loss" in logs:
-            logs = {**logs, **alpha_logs(self.model)}
+            alphas = alpha_logs(self.model)
+            if not all(math.isfinite(value) for value in alphas.values()):
+                raise HfEntmaxError(
+                    f"training diverged by step {self.state.global_step}: some α are not finite; lower "
+                    "--alpha_learning_rate"
+                )
+            logs = {**logs, **alphas}
         super().log(logs, *args, **kwargs)
