@@ -125,6 +125,25 @@ def test_large_weights_are_sharded_and_load_back_identically(model, tokenizer, t
     )
 
 
+def test_exporting_again_replaces_the_folder_whole_and_other_folders_are_refused(model, tokenizer, tmp_path):
+    folder = export_hub_folder(model, tokenizer, tmp_path / "hub")
+    assert (folder / "model.safetensors").is_file()
+    other = tiny_model(seed=7, vocab_size=len(tokenizer), init_std=0.5)
+    export_hub_folder(other, tokenizer, folder, max_shard_size="50KB")
+    # No stale single file next to the new shards (loading would prefer it, and publish the old weights).
+    assert not (folder / "model.safetensors").exists()
+    loaded = AdaptiveEntmaxMarianMTModel.from_pretrained(folder)
+    assert all(torch.equal(loaded.state_dict()[key], tensor) for key, tensor in other.state_dict().items())
+    assert [path.name for path in tmp_path.iterdir()] == ["hub"]  # no staging folder left behind
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("mine\n")
+    with pytest.raises(HfEntmaxValueError, match="not empty and not an earlier AdaptiveEntmaxMarian export"):
+        export_hub_folder(model, tokenizer, project)
+    assert (project / "notes.txt").read_text() == "mine\n"
+
+
 def test_model_card_metadata_round_trips_and_the_body_has_the_alpha_table(model, tmp_path):
     render_model_card(model, card_info()).save(tmp_path / "README.md")
     card = ModelCard.load(tmp_path / "README.md")

@@ -118,22 +118,60 @@ def export_hub_folder(
         The folder's path.
     """
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if stale := find_pickle_files(output_dir):
-        raise HfEntmaxValueError(
-            f"{output_dir} already holds pickle files ({', '.join(stale)}); export into an empty folder instead"
-        )
-    # The model's save_pretrained also copies the flat code files and writes auto_map and custom_pipelines.
-    model.save_pretrained(output_dir, max_shard_size=max_shard_size)
-    tokenizer.save_pretrained(output_dir)
-    card = card or ModelCardInfo()
-    if card.tokenizer is None:
-        card = dataclasses.replace(card, tokenizer=f"`{type(tokenizer).__name__}` ({len(tokenizer):,} tokens)")
-    render_model_card(model, card).save(output_dir / "README.md")
-    for destination, source in (extra_files or {}).items():
-        (output_dir / destination).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, output_dir / destination)
+    check_export_target(output_dir)
+    # Written whole into a fresh folder next to the target, then put in its place: no file of an earlier export (an
+    # old model.safetensors next to new shards, which loading would prefer) survives, and a failure leaves the old.
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        # The model's save_pretrained also copies the flat code files and writes auto_map and custom_pipelines.
+        model.save_pretrained(staging, max_shard_size=max_shard_size)
+        tokenizer.save_pretrained(staging)
+        card = card or ModelCardInfo()
+        if card.tokenizer is None:
+            card = dataclasses.replace(card, tokenizer=f"`{type(tokenizer).__name__}` ({len(tokenizer):,} tokens)")
+        render_model_card(model, card).save(staging / "README.md")
+        for destination, source in (extra_files or {}).items():
+            (staging / destination).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, staging / destination)
+        replace_folder(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return output_dir
+
+
+def check_export_target(output_dir: Path) -> None:
+    """Refuse a target that is a file, or a non-empty folder that is not an earlier Hub-ready folder of this model
+    type (an export replaces its target whole, so anything else in it would be lost)."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise HfEntmaxValueError(f"{output_dir} is a file; export into a folder")
+    if not output_dir.is_dir() or not any(output_dir.iterdir()):
+        return
+    try:
+        model_type = json.loads((output_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+    if model_type != AdaptiveEntmaxMarianConfig.model_type:
+        raise HfEntmaxValueError(
+            f"{output_dir} is not empty and not an earlier AdaptiveEntmaxMarian export, and an export replaces its "
+            "folder whole: export into a new or empty folder"
+        )
+
+
+def replace_folder(new: Path, target: Path) -> None:
+    """Put the folder ``new`` in place of ``target`` (which may not exist), by renames on one file system."""
+    if not target.exists():
+        new.rename(target)
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+    retired.rmdir()
+    target.rename(retired)
+    try:
+        new.rename(target)
+    except OSError:
+        retired.rename(target)
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def find_pickle_files(folder: str | os.PathLike) -> list[str]:
