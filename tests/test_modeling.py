@@ -34,9 +34,14 @@ def attention_modules(model):
         ({"alpha_min": 0.5}, "`alpha_min` and `alpha_max` must satisfy"),
         ({"alpha_min": 1.5, "alpha_max": 1.2}, "`alpha_min` and `alpha_max` must satisfy"),
         ({"alpha_init": 1.0}, "lives in \\[alpha_min, alpha_max\\]"),
+        ({"alph_init": 1.2}, "unknown field `alph_init`: did you mean `alpha_init`\\?"),
+        ({"encoder_layers": -1}, "`encoder_layers` must be a positive whole number, got -1"),
+        ({"decoder_attention_heads": 0}, "`decoder_attention_heads` must be a positive whole number, got 0"),
+        ({"d_model": 30}, "`d_model` \\(30\\) must be divisible by `encoder_attention_heads` \\(4\\)"),
+        ({"pad_token_id": 64}, "`pad_token_id` \\(64\\) must be a token id below `vocab_size` \\(64\\)"),
     ],
 )
-def test_config_rejects_invalid_alpha_settings(overrides, message):
+def test_config_rejects_invalid_settings_naming_the_field(overrides, message):
     with pytest.raises(StrictDataclassClassValidationError, match=message):
         tiny_config(**overrides)
 

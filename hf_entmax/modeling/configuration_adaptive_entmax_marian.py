@@ -3,13 +3,25 @@
 This file is copied to the Hub next to the model, so it needs nothing but torch and transformers.
 """
 
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass, field, fields
 
 from huggingface_hub.dataclasses import strict
 from transformers import MarianConfig
 
 
 ATTENTION_TYPES = ("encoder_self", "decoder_self", "cross")
+SIZE_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "max_position_embeddings",
+)
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,31 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions):
     @output_attentions.setter
     def output_attentions(self, value: bool) -> None:
         self._output_attentions = value
+
+    def validate_sizes(self):
+        """Part of `@strict` validation: sizes the model can be built with (not a failure deep inside torch)."""
+        for name in SIZE_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive whole number, got {value!r}")
+        for name in ("encoder_attention_heads", "decoder_attention_heads"):
+            if self.d_model % getattr(self, name):
+                raise ValueError(f"`d_model` ({self.d_model}) must be divisible by `{name}` ({getattr(self, name)})")
+        for name in ("pad_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ValueError(f"`{name}` ({value}) must be a token id below `vocab_size` ({self.vocab_size})")
+
+    def validate_no_misspelled_fields(self):
+        """Part of `@strict` validation: an unknown keyword close to a field's name is a typo, not extra metadata
+        (``alph_init=1.2`` would otherwise be stored and ignored)."""
+        known = {option.name for option in fields(self)}
+        for name in vars(self):
+            if name.startswith("_") or name in known:
+                continue
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+            if close:
+                raise ValueError(f"unknown field `{name}`: did you mean `{close[0]}`?")
 
     def validate_output_attentions(self):
         """Part of `@strict` validation: `output_attentions` is a bool, whatever the attention implementation."""
