@@ -1,5 +1,6 @@
 """The `hf-entmax` command: a dispatcher that only wires subcommands."""
 
+import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -34,7 +35,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if argv else 2
     name, arguments = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
-        print(f"hf-entmax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        close = difflib.get_close_matches(name, SUBCOMMANDS, n=1)
+        suggestion = f"did you mean {close[0]}? " if close else ""
+        print(
+            f"hf-entmax: error: unknown command {name!r} ({suggestion}commands: {', '.join(SUBCOMMANDS)}); "
+            "see hf-entmax --help",
+            file=sys.stderr,
+        )
         return 2
     try:
         return SUBCOMMANDS[name].main(arguments)

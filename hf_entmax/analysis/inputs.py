@@ -7,8 +7,9 @@ import json
 import os
 from pathlib import Path
 
-from transformers import AutoTokenizer, MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..conversion.export import check_safetensors_weights, load_pretrained, load_tokenizer, read_model_config
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
@@ -24,21 +25,18 @@ def check_model_folder(folder: str | os.PathLike, flag: str = "model") -> str:
 
     Raises:
         HfEntmaxFileNotFoundError: If the folder or its config.json does not exist.
-        HfEntmaxValueError: If it holds another kind of model or no safetensors weights.
+        HfEntmaxValueError: If config.json is not valid JSON, or the folder holds another kind of model, no
+            safetensors weights or two sets of them.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise HfEntmaxFileNotFoundError(f"{flag} {folder}: no such folder")
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise HfEntmaxFileNotFoundError(f"{flag} {folder}: no config.json there (not a model folder)")
-    model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
+    model_type = read_model_config(folder, f"{flag} {folder}").get("model_type")
     if model_type not in ANALYSABLE_MODEL_TYPES:
         raise HfEntmaxValueError(
             f"{flag} {folder} holds a {model_type!r} model; expected an AdaptiveEntmaxMarian or Marian model"
         )
-    if not any((folder / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
-        raise HfEntmaxValueError(f"{flag} {folder} has no safetensors weights (hf-entmax never unpickles weights)")
+    check_safetensors_weights(folder, f"{flag} {folder}")
     return model_type
 
 
@@ -50,14 +48,16 @@ def load_analysable_model(
     A Marian model gets eager attention, the implementation that returns its attention probabilities.
 
     Raises:
-        The errors of `check_model_folder`.
+        The errors of `check_model_folder`, and HfEntmaxValueError for weights, a config or a tokenizer that cannot
+        be loaded.
     """
+    name = f"{flag} {folder}"
     if check_model_folder(folder, flag) == "marian":
-        model = MarianMTModel.from_pretrained(folder, use_safetensors=True, attn_implementation="eager")
+        model = load_pretrained(MarianMTModel, Path(folder), name, use_safetensors=True, attn_implementation="eager")
     else:
-        model = AdaptiveEntmaxMarianMTModel.from_pretrained(folder, use_safetensors=True)
+        model = load_pretrained(AdaptiveEntmaxMarianMTModel, Path(folder), name, use_safetensors=True)
     # With the config given, the tokenizer does not load the folder's remote code.
-    tokenizer = AutoTokenizer.from_pretrained(folder, config=model.config)
+    tokenizer = load_tokenizer(Path(folder), name, config=model.config)
     return model.eval(), tokenizer
 
 

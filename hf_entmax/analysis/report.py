@@ -73,11 +73,15 @@ def write_report(
 
     Returns:
         The path of ``report.md``.
+
+    Raises:
+        HfEntmaxValueError: If ``output_dir`` is refused by `check_report_folder`.
     """
     names = [analysis.name for analysis in analyses]
     if not analyses or len(set(names)) != len(names):
         raise HfEntmaxValueError(f"expected one or more models with distinct names, got {names}")
     output_dir = Path(output_dir)
+    check_report_folder(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
     figures = {
@@ -117,6 +121,28 @@ def write_report(
     (output_dir / REPORT_JSON).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     (output_dir / REPORT_MD).write_text(render_markdown(report, analyses), encoding="utf-8")
     return output_dir / REPORT_MD
+
+
+def check_report_folder(output_dir: Path) -> None:
+    """Refuse to write a report where it would replace files it did not write: ``output_dir`` must be new, empty,
+    or an earlier report's folder (it has the ``report.json`` this module writes).
+
+    Raises:
+        HfEntmaxValueError: naming ``--output`` and the folder.
+    """
+    if output_dir.exists() and not output_dir.is_dir():
+        raise HfEntmaxValueError(f"--output {output_dir} is a file; give a folder for the figures and the report")
+    if not output_dir.is_dir() or not any(output_dir.iterdir()):
+        return
+    try:
+        earlier = json.loads((output_dir / REPORT_JSON).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        earlier = None
+    if not (isinstance(earlier, dict) and "models" in earlier and "figures" in earlier):
+        raise HfEntmaxValueError(
+            f"--output {output_dir} holds files that are not from an earlier `hf-entmax analyze` (its report.md and "
+            "figures would replace files of the same names): give a new or empty folder"
+        )
 
 
 DEFINITIONS = {
@@ -463,6 +489,7 @@ __all__ = [
     "ROLE_MASS",
     "SPARSE_ALPHA",
     "TOKEN_FOCUS_SHARE",
+    "check_report_folder",
     "comparison_findings",
     "findings",
     "model_card_section",

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from ..analysis.collect import analyze_model
 from ..analysis.inputs import check_model_folder, read_sample
-from ..analysis.report import summarize, summary_table, write_report
+from ..analysis.report import check_report_folder, summarize, summary_table, write_report
 from ..errors import HfEntmaxValueError
+from .parsing import CommandParser
 
 
 HELP = "analyse the attention heads of a model (α, density, diversity, head roles): figures and a report"
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         raise HfEntmaxValueError(f"--num_examples_to_plot must be 0 or more, got {args.num_examples_to_plot}")
 
     # Bad folders and files are reported before anything slow starts.
+    check_report_folder(Path(args.output))
     for folder, flag in zip(folders, flags, strict=True):
         check_model_folder(folder, flag)
     sources, targets = read_sample(args.source_file, args.target_file, args.sample_size)
@@ -101,6 +103,6 @@ def _folder_names(folders: list[Path]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-entmax analyze", description=__doc__)
+    parser = CommandParser(prog="hf-entmax analyze", description=__doc__)
     add_parser_arguments(parser)
     return run(parser.parse_args(sys.argv[1:] if argv is None else argv))

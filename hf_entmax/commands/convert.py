@@ -14,6 +14,7 @@ from ..conversion.convert import convert_marian
 from ..conversion.push import check_repo_id
 from ..training.arguments import add_alpha_arguments, given_alpha_options
 from .hub_folder import add_hub_folder_arguments, check_written_folder, read_sentences
+from .parsing import CommandParser
 
 
 CONVERT_NOT_GIVEN = "α = 1 fixed (softmax), so that the converted model computes the source's function."
@@ -64,6 +65,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-entmax convert", description=__doc__)
+    parser = CommandParser(prog="hf-entmax convert", description=__doc__)
     add_parser_arguments(parser)
     return run(parser.parse_args(sys.argv[1:] if argv is None else argv))

@@ -15,10 +15,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from ..analysis.report import model_card_section
-from ..conversion.export import RUN_RECORD_FILES, export_hub_folder
+from ..conversion.export import (
+    RUN_RECORD_FILES,
+    check_export_target,
+    check_safetensors_weights,
+    export_hub_folder,
+    load_pretrained,
+    load_tokenizer,
+    read_model_config,
+)
 from ..conversion.model_card import ModelCardInfo, measure_attention_sparsity
 from ..conversion.push import check_repo_id
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
@@ -26,6 +32,7 @@ from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarian
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..training.run import SUMMARY_FILE
 from .hub_folder import add_hub_folder_arguments, check_written_folder, read_sentences
+from .parsing import CommandParser
 
 
 HELP = "write an AdaptiveEntmaxMarian model folder as a Hub-ready folder with a model card"
@@ -58,17 +65,14 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_exportable_model(folder: Path) -> AdaptiveEntmaxMarianMTModel:
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise HfEntmaxFileNotFoundError(f"--model {folder}: no config.json there (not a model folder)")
-    model_type = json.loads(config_path.read_text()).get("model_type")
+    name = f"--model {folder}"
+    model_type = read_model_config(folder, name).get("model_type")
     if model_type == "marian":
-        raise HfEntmaxValueError(f"--model {folder} is a Marian checkpoint: convert it with `hf-entmax convert`")
+        raise HfEntmaxValueError(f"{name} is a Marian checkpoint: convert it with `hf-entmax convert`")
     if model_type != AdaptiveEntmaxMarianConfig.model_type:
-        raise HfEntmaxValueError(f"--model {folder} is a {model_type!r} model, not an AdaptiveEntmaxMarian one")
-    if not any((folder / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
-        raise HfEntmaxValueError(f"--model {folder} has no safetensors weights (hf-entmax never unpickles weights)")
-    return AdaptiveEntmaxMarianMTModel.from_pretrained(folder, use_safetensors=True).eval()
+        raise HfEntmaxValueError(f"{name} is a {model_type!r} model, not an AdaptiveEntmaxMarian one")
+    check_safetensors_weights(folder, name)
+    return load_pretrained(AdaptiveEntmaxMarianMTModel, folder, name, use_safetensors=True).eval()
 
 
 def read_training_summary(path: Path) -> dict:
@@ -99,8 +103,9 @@ def run(args: argparse.Namespace) -> int:
         overrides["base_model"] = check_repo_id(args.base_model, "--base_model")
     if args.dataset:
         overrides["datasets"] = [check_repo_id(dataset, "--dataset") for dataset in args.dataset]
+    check_export_target(Path(args.output))  # before the model loads: the folder may not be replaced
     model = load_exportable_model(folder)
-    tokenizer = AutoTokenizer.from_pretrained(folder, config=model.config)  # no remote code needed here
+    tokenizer = load_tokenizer(folder, f"--model {folder}", config=model.config)  # no remote code needed here
     summary_path = folder / SUMMARY_FILE
     if summary_path.is_file():
         summary = read_training_summary(summary_path)
@@ -126,6 +131,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-entmax export", description=__doc__)
+    parser = CommandParser(prog="hf-entmax export", description=__doc__)
     add_parser_arguments(parser)
     return run(parser.parse_args(sys.argv[1:] if argv is None else argv))

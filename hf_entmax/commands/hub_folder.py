@@ -3,20 +3,32 @@
 import argparse
 from pathlib import Path
 
-from ..conversion.export import check_folder_loads
+from ..conversion.export import check_folder_loads, is_shard_size
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 
 
 def add_hub_folder_arguments(parser: argparse.ArgumentParser) -> None:
     """``--repo_id``, ``--max_shard_size`` and ``--check_load/--no-check_load``."""
     parser.add_argument("--repo_id", default=None, help="The repo id you will push to, for the card's usage example.")
-    parser.add_argument("--max_shard_size", default="2GB", help="Write several safetensors shards above this size.")
+    parser.add_argument(
+        "--max_shard_size",
+        default="2GB",
+        type=shard_size,
+        help="Write several safetensors shards above this size (e.g. 500MB, 2GB).",
+    )
     parser.add_argument(
         "--check_load",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="After writing, load the folder in a fresh process without hf_entmax and compare outputs.",
     )
+
+
+def shard_size(value: str) -> str:
+    """``--max_shard_size`` checked as the command line is parsed (it is used only after the model is loaded)."""
+    if not is_shard_size(value):
+        raise argparse.ArgumentTypeError(f"expected a size such as 500MB or 2GB, got {value!r}")
+    return value
 
 
 def read_sentences(path: str | None, flag: str) -> list[str] | None:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from ..conversion.push import check_repo_id, push_folder, select_upload_files
+from .parsing import CommandParser
 
 
 HELP = "upload a model folder's model files to the Hugging Face Hub (after checking they load without hf_entmax)"
@@ -47,6 +48,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-entmax push", description=__doc__)
+    parser = CommandParser(prog="hf-entmax push", description=__doc__)
     add_parser_arguments(parser)
     return run(parser.parse_args(sys.argv[1:] if argv is None else argv))

@@ -4,7 +4,7 @@ Arguments are `ModelArguments`, `DataArguments` and transformers' `Seq2SeqTraini
 flags or as one `.json`/`.yaml` file. With no data argument the built-in synthetic pair is used.
 """
 
-import difflib
+import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -13,11 +13,13 @@ from pathlib import Path
 import torch
 import yaml
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+from transformers.integrations import get_reporting_integration_callbacks
 
 from ..errors import HfEntmaxValueError
 from ..training.arguments import DataArguments, ModelArguments, TrainingArguments
 from ..training.recipes import choose_recipe, recipe_flags
 from ..training.run import train
+from .parsing import OneLineErrors, unknown_flags_message
 
 
 HELP = "train or fine-tune a model on a Hub dataset, local files or the built-in synthetic pair"
@@ -25,11 +27,8 @@ DEFAULT_OUTPUT_DIR = "outputs/train"
 STAGE_FLAGS = ("do_train", "do_eval", "do_predict")
 
 
-class OneLineArgumentParser(HfArgumentParser):
+class OneLineArgumentParser(OneLineErrors, HfArgumentParser):
     """HfArgumentParser whose errors (a bad value, a missing one) are one line, not the usage of 300 flags."""
-
-    def error(self, message: str):
-        raise HfEntmaxValueError(f"{message}; see {self.prog} --help")
 
 
 def build_parser() -> HfArgumentParser:
@@ -56,8 +55,8 @@ def parse_arguments(argv: Sequence[str]) -> tuple[ModelArguments, DataArguments,
         given = set(values)
         values = {**_command_defaults(given, values.get("model_name_or_path"), values.get("recipe", "auto")), **values}
         try:
-            parsed = parser.parse_dict(values)
-        except ValueError as error:  # unknown keys, or a value a dataclass refuses
+            parsed = parser.parse_dict(_typed_values(parser, values, argv[0]))
+        except (ValueError, TypeError) as error:  # unknown keys, or a value a dataclass refuses
             raise HfEntmaxValueError(f"{argv[0]}: {_one_line(error)}") from None
     else:
         given = _given_flags(argv)
@@ -71,8 +70,9 @@ def parse_arguments(argv: Sequence[str]) -> tuple[ModelArguments, DataArguments,
             raise HfEntmaxValueError(_one_line(error)) from None
         *parsed, unknown = parsed
         if unknown:
-            raise HfEntmaxValueError(_unknown_flags_message(parser, unknown))
+            parser.error(unknown_flags_message(parser, unknown))
     model_args, data_args, training_args = parsed
+    check_report_to(training_args.report_to)
     recipe = choose_recipe(model_args.recipe, model_args.model_name_or_path is not None)
     model_args.recipe = recipe.name
     if model_args.alpha_learning_rate is None:
@@ -131,6 +131,39 @@ def _flag_value(argv: list[str], name: str) -> str | None:
     return None
 
 
+def check_report_to(report_to: list[str]) -> None:
+    """Refuse a ``--report_to`` integration that is unknown or not installed before the run starts (Trainer would
+    only fail on it after the data and the tokenizer are ready).
+
+    Raises:
+        HfEntmaxValueError: naming the integration and what to do.
+    """
+    try:
+        for callback in get_reporting_integration_callbacks(report_to):
+            callback()  # the integrations check that their package is installed when made, and do nothing else
+    except (ValueError, RuntimeError, ImportError) as error:
+        raise HfEntmaxValueError(f"--report_to {' '.join(report_to)}: {_one_line(error)}") from None
+
+
+def _typed_values(parser: HfArgumentParser, values: dict, file: str) -> dict:
+    """The values of a config file converted as the same flags would be: YAML reads ``1e-3`` as text, and
+    `HfArgumentParser.parse_dict` converts nothing."""
+    actions = {action.dest: action for action in parser._actions}
+    typed = {}
+    for name, value in values.items():
+        convert = getattr(actions.get(name), "type", None)
+        if isinstance(value, str) and callable(convert) and convert is not str:
+            try:
+                value = convert(value)
+            except (TypeError, ValueError, argparse.ArgumentTypeError):
+                expected = {"float": "a number", "int": "a whole number", "string_to_bool": "true or false"}
+                raise HfEntmaxValueError(
+                    f"{file}: {name} must be {expected.get(convert.__name__, convert.__name__)}, got {value!r}"
+                ) from None
+        typed[name] = value
+    return typed
+
+
 def _read_config_file(path: Path) -> dict:
     if not path.is_file():
         raise HfEntmaxValueError(f"{path}: no such file (expected a .json or .yaml file of train arguments)")
@@ -144,16 +177,6 @@ def _read_config_file(path: Path) -> dict:
             f"{path}: expected a mapping of argument names to values, got {type(values).__name__}"
         )
     return values
-
-
-def _unknown_flags_message(parser: HfArgumentParser, unknown: list[str]) -> str:
-    known = [option for action in parser._actions for option in action.option_strings]
-    flags = [argument for argument in unknown if argument.startswith("-")] or unknown
-    parts = []
-    for flag in flags:
-        close = difflib.get_close_matches(flag.split("=", 1)[0], known, n=1)
-        parts.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
-    return f"unknown argument{'s' if len(parts) > 1 else ''}: {', '.join(parts)}; see hf-entmax train --help"
 
 
 def _one_line(error: Exception) -> str:

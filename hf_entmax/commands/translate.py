@@ -20,14 +20,16 @@ import torch
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
 from ..analysis.inputs import check_model_folder
+from ..conversion.export import load_config, load_pretrained, load_tokenizer
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..training.data import MAX_LISTED_LINES, iter_lines
 from ..training.metrics import corpus_scores
+from .parsing import CommandParser
 
 
 logger = logging.getLogger(__name__)
@@ -144,21 +146,18 @@ def load_translation_model(
 
     Raises:
         HfEntmaxFileNotFoundError: If the folder, its config.json or the cached Hub model does not exist.
-        HfEntmaxValueError: If it holds another kind of model, no safetensors weights or no tokenizer.
+        HfEntmaxValueError: If it holds another kind of model, no safetensors weights or two sets of them, or a
+            config, weights or tokenizer that cannot be loaded.
     """
     folder = resolve_model_folder(model)
     model_class = MarianMTModel if check_model_folder(folder, "--model") == "marian" else AdaptiveEntmaxMarianMTModel
-    config = model_class.config_class.from_pretrained(folder)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, config=config)
-    except (OSError, ValueError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise HfEntmaxValueError(f"--model {model}: could not load its tokenizer ({reason})") from None
+    config = load_config(model_class.config_class, folder, f"--model {model}")
+    tokenizer = load_tokenizer(folder, f"--model {model}", config=config)
     hide_bar = not progress and transformers_logging.is_progress_bar_enabled()
     if hide_bar:
         transformers_logging.disable_progress_bar()
     try:
-        loaded = model_class.from_pretrained(folder, config=config, use_safetensors=True)
+        loaded = load_pretrained(model_class, folder, f"--model {model}", config=config, use_safetensors=True)
     finally:
         if hide_bar:
             transformers_logging.enable_progress_bar()
@@ -317,11 +316,20 @@ def run(args: argparse.Namespace) -> int:
                 f"{len(references)}; line N of the references must translate line N of the input"
             )
         scored = scored_lines(sources, references, f"--input {args.input} / --reference {args.reference}")
-    for flag, path in (("--output", args.output), ("--metrics_file", args.metrics_file)):
-        if path and Path(path).is_dir():
+    # What the command writes must not replace what it reads, nor each other.
+    files = {"--input": args.input, "--reference": args.reference}
+    for flag, path, written in (
+        ("--output", args.output, "the translations"),
+        ("--metrics_file", args.metrics_file, "the scores"),
+    ):
+        if not path:
+            continue
+        if Path(path).is_dir():
             raise HfEntmaxValueError(f"{flag} {path} is a folder; expected a file name")
-    if args.output and Path(args.output).resolve() == Path(args.input).resolve():
-        raise HfEntmaxValueError(f"--output {args.output} is the --input file; write the translations elsewhere")
+        for other_flag, other in files.items():
+            if other and Path(path).resolve() == Path(other).resolve():
+                raise HfEntmaxValueError(f"{flag} {path} is the {other_flag} file; write {written} elsewhere")
+        files[flag] = path
 
     model, tokenizer = load_translation_model(args.model, device, progress=args.progress)
     translations = translate_lines(
@@ -363,6 +371,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-entmax translate", description=__doc__)
+    parser = CommandParser(prog="hf-entmax translate", description=__doc__)
     add_parser_arguments(parser)
     return run(parser.parse_args(sys.argv[1:] if argv is None else argv))

@@ -7,7 +7,6 @@ model computes the same function as the source, which is checked on a few senten
 """
 
 import copy
-import json
 import logging
 import os
 import re
@@ -17,14 +16,22 @@ from pathlib import Path
 import torch
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
-from transformers import AutoTokenizer, MarianMTModel, PreTrainedTokenizerBase
+from transformers import MarianMTModel, PreTrainedTokenizerBase
 
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig, AlphaOptions
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..training.presets import build_config
 from ..training.records import framework_versions
-from .export import CHECK_SENTENCES, export_hub_folder
+from .export import (
+    CHECK_SENTENCES,
+    check_export_target,
+    check_shard_size,
+    export_hub_folder,
+    load_pretrained,
+    load_tokenizer,
+    read_model_config,
+)
 from .model_card import ModelCardInfo
 
 
@@ -119,16 +126,22 @@ def convert_marian(
         A `ConversionReport` (its ``summary()`` says what was checked).
 
     Raises:
-        HfEntmaxValueError: a checkpoint that is not Marian, has only pickle weights (without ``allow_pickle``),
-            unknown or inconsistent α options. HfEntmaxError: a failed download, or a failed equivalence check (then
-            nothing is written).
+        HfEntmaxValueError: a checkpoint that is not Marian, has only pickle weights (without ``allow_pickle``) or
+            pickles holding more than tensors (even with it), a config, weights or tokenizer that cannot be read,
+            unknown or inconsistent α options, a bad ``max_shard_size``, or an ``output_dir`` that is a file or a
+            folder other than an earlier export. HfEntmaxError: a failed download, or a failed equivalence check
+            (then nothing is written).
     """
     alpha_fields = conversion_alpha_options(alpha_options)
+    # What can be refused without loading anything is refused first: the target, then the source.
+    check_shard_size(max_shard_size, "max_shard_size")
+    check_export_target(Path(output_dir))
     source_dir, from_hub = resolve_source(model, allow_pickle=allow_pickle)
     source_config = read_marian_config(source_dir, model)
     use_safetensors = choose_weights(source_dir, model, allow_pickle=allow_pickle, from_hub=from_hub)
+    tokenizer = load_tokenizer(source_dir, f"--model {model}")
 
-    source = MarianMTModel.from_pretrained(source_dir, use_safetensors=use_safetensors).eval()
+    source = load_pretrained(MarianMTModel, source_dir, f"--model {model}", use_safetensors=use_safetensors).eval()
     marian_fields = {
         key: value
         for key, value in source_config.items()
@@ -138,14 +151,6 @@ def convert_marian(
     target = AdaptiveEntmaxMarianMTModel(config).to(source.dtype).eval()
     num_weights = copy_marian_weights(source, target)
     target.generation_config = copy.deepcopy(source.generation_config)
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source_dir)
-    except (OSError, ValueError) as error:
-        raise HfEntmaxFileNotFoundError(
-            f"could not load the tokenizer of {model!r}: {' '.join(str(error).split())[:300]}. "
-            "A Hub-ready folder needs the source's tokenizer files"
-        ) from error
 
     same_function_expected = all(
         not config.alpha_settings(kind).learn and float(config.alpha_settings(kind).init) == 1.0
@@ -233,10 +238,7 @@ def resolve_source(model: str, allow_pickle: bool = False) -> tuple[Path, bool]:
 
 def read_marian_config(folder: Path, model: str) -> dict:
     """config.json of a Marian checkpoint; anything else is refused, naming what it is."""
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise HfEntmaxFileNotFoundError(f"{model!r} has no config.json: not a transformers checkpoint")
-    config = json.loads(config_path.read_text())
+    config = read_model_config(folder, f"--model {model}")
     model_type = config.get("model_type")
     if model_type == AdaptiveEntmaxMarianConfig.model_type:
         raise HfEntmaxValueError(

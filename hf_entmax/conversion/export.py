@@ -7,6 +7,8 @@ loading it in a fresh Python process where hf_entmax cannot be imported and comp
 import dataclasses
 import json
 import os
+import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -16,14 +18,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from huggingface_hub.errors import StrictDataclassError
+from safetensors import SafetensorError
+from transformers import AutoTokenizer, PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .model_card import ModelCardInfo, render_model_card
 
 
+# The two ways of storing safetensors weights. A folder holds one: transformers loads model.safetensors when it is
+# there and ignores the shards, so a folder with both is one whose other set is stale.
+SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+# `max_shard_size` as people write it (the units of huggingface_hub's parser).
+_SHARD_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*[KMGT]B\s*", re.IGNORECASE)
 # Files whose loading unpickles, i.e. can run arbitrary code: never part of a published folder.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib")
 # What `hf-entmax train` records next to the model (JSON and text, nothing that runs): they back the card's
@@ -82,7 +91,7 @@ _FRESH_PROCESS_SCRIPT = textwrap.dedent(
     from transformers import AutoModelForSeq2SeqLM
 
     folder, inputs_path, results_path = sys.argv[1:]
-    inputs = torch.load(inputs_path)
+    inputs = torch.load(inputs_path, weights_only=True)
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
     if not type(model).__module__.startswith("transformers_modules."):
         raise SystemExit(f"the model was not loaded from the folder's own code but from {type(model).__module__}")
@@ -118,6 +127,7 @@ def export_hub_folder(
         The folder's path.
     """
     output_dir = Path(output_dir)
+    check_shard_size(max_shard_size, "max_shard_size")
     check_export_target(output_dir)
     # Written whole into a fresh folder next to the target, then put in its place: no file of an earlier export (an
     # old model.safetensors next to new shards, which loading would prefer) survives, and a failure leaves the old.
@@ -142,20 +152,142 @@ def export_hub_folder(
 
 def check_export_target(output_dir: Path) -> None:
     """Refuse a target that is a file, or a non-empty folder that is not an earlier Hub-ready folder of this model
-    type (an export replaces its target whole, so anything else in it would be lost)."""
+    type: an export replaces its target whole, so anything else in it (a training run's checkpoints, other files)
+    would be lost."""
     if output_dir.exists() and not output_dir.is_dir():
         raise HfEntmaxValueError(f"{output_dir} is a file; export into a folder")
     if not output_dir.is_dir() or not any(output_dir.iterdir()):
         return
+    from .push import select_upload_files  # push builds on this module
+
+    refusal = (
+        f"{output_dir} is not empty and not an earlier AdaptiveEntmaxMarian export, and an export replaces its "
+        "folder whole"
+    )
     try:
-        model_type = json.loads((output_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        model_type = None
+        model_type = read_model_config(output_dir, str(output_dir)).get("model_type")
+        skipped = select_upload_files(output_dir).skipped
+    except HfEntmaxError:
+        model_type, skipped = None, []
     if model_type != AdaptiveEntmaxMarianConfig.model_type:
+        raise HfEntmaxValueError(f"{refusal}: export into a new or empty folder")
+    if skipped:
+        listed = ", ".join(skipped[:5]) + (", …" if len(skipped) > 5 else "")
         raise HfEntmaxValueError(
-            f"{output_dir} is not empty and not an earlier AdaptiveEntmaxMarian export, and an export replaces its "
-            "folder whole: export into a new or empty folder"
+            f"{refusal} (it holds {listed}, which an export does not write): export into a new or empty folder"
         )
+
+
+def is_shard_size(value: object) -> bool:
+    """Whether ``value`` is a ``max_shard_size``: a positive number of bytes or a size such as ``"500MB"``."""
+    if isinstance(value, str):
+        return bool(_SHARD_SIZE.fullmatch(value))
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_shard_size(value: object, name: str) -> None:
+    """Refuse a ``max_shard_size`` that is not one (see `is_shard_size`).
+
+    Raises:
+        HfEntmaxValueError: naming ``name`` (the flag or argument) and the value.
+    """
+    if not is_shard_size(value):
+        raise HfEntmaxValueError(f"{name} must be a size such as 500MB or 2GB, got {value!r}")
+
+
+def read_model_config(folder: Path, name: str) -> dict:
+    """The ``config.json`` of a model folder, as a dict.
+
+    Args:
+        folder: The model folder.
+        name: How the user named it, for the messages (``--model <folder>``).
+
+    Raises:
+        HfEntmaxFileNotFoundError: If the folder has no config.json.
+        HfEntmaxValueError: If it is not a JSON object (e.g. cut off).
+    """
+    path = folder / "config.json"
+    if not path.is_file():
+        raise HfEntmaxFileNotFoundError(f"{name}: no config.json there (not a model folder)")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise HfEntmaxValueError(f"{name}: {path} is not valid JSON ({error}); write the folder again") from None
+    if not isinstance(config, dict):
+        raise HfEntmaxValueError(f"{name}: {path} holds a JSON {type(config).__name__}, not a config object")
+    return config
+
+
+def check_safetensors_weights(folder: Path, name: str) -> None:
+    """Refuse a model folder without safetensors weights, or with both a ``model.safetensors`` and a sharded index
+    (transformers would load the first and ignore the shards: one of the two sets is stale).
+
+    Raises:
+        HfEntmaxValueError: naming ``name`` and the files.
+    """
+    present = [weights for weights in SAFETENSORS_WEIGHTS if (folder / weights).is_file()]
+    if not present:
+        raise HfEntmaxValueError(f"{name} has no safetensors weights (hf-entmax never unpickles weights)")
+    if len(present) > 1:
+        raise HfEntmaxValueError(
+            f"{name} holds two sets of weights, {' and '.join(present)}: transformers loads model.safetensors and "
+            "ignores the shards, so one set is stale; remove it (or export the model again into a new folder)"
+        )
+
+
+def load_config(config_class: type[PreTrainedConfig], folder: Path, name: str) -> PreTrainedConfig:
+    """``config_class.from_pretrained(folder)``; a config.json whose fields the class refuses is one line.
+
+    Raises:
+        HfEntmaxValueError: naming ``name`` and the field.
+    """
+    try:
+        return config_class.from_pretrained(folder)
+    except (StrictDataclassError, OSError, ValueError) as error:
+        raise HfEntmaxValueError(f"{name}: its config.json is not valid ({_last_line(str(error))})") from None
+
+
+def load_tokenizer(folder: Path, name: str, **kwargs) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained(folder, **kwargs)``; a folder without a usable tokenizer is one line.
+
+    Raises:
+        HfEntmaxValueError: naming ``name``, with the reason and the files a tokenizer needs.
+    """
+    try:
+        return AutoTokenizer.from_pretrained(folder, **kwargs)
+    except (OSError, ValueError, TypeError) as error:  # TypeError: a Marian tokenizer without its files
+        raise HfEntmaxValueError(
+            f"{name}: could not load its tokenizer ({_last_line(str(error)) or type(error).__name__}); a model "
+            "folder needs its tokenizer files (tokenizer_config.json with tokenizer.json, or Marian's source.spm, "
+            "target.spm and vocab.json)"
+        ) from None
+
+
+def load_pretrained(model_class: type[PreTrainedModel], folder: Path, name: str, **kwargs) -> PreTrainedModel:
+    """``model_class.from_pretrained(folder, **kwargs)``, with what can be wrong in a folder as one line.
+
+    Raises:
+        HfEntmaxValueError: naming ``name``, for a cut-off or corrupt weights file, a config the model class refuses,
+            weights that do not fit, or pickled weights holding more than tensors (torch's ``weights_only`` loader
+            refuses them: hf-entmax never unpickles code).
+    """
+    try:
+        return model_class.from_pretrained(folder, **kwargs)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+        files = ", ".join(path for path in find_pickle_files(folder) if "/" not in path) or "its pickled weights"
+        raise HfEntmaxValueError(
+            f"{name}: torch's weights_only loader refuses {files}: it holds {found.group(1) if found else 'objects'}, "
+            "not only tensors, and hf-entmax never runs code from a checkpoint (not even with --allow_pickle)"
+        ) from None
+    except SafetensorError as error:
+        files = [weights for weights in SAFETENSORS_WEIGHTS if (folder / weights).is_file()]
+        raise HfEntmaxValueError(
+            f"{name}: {' / '.join(files) or 'its weights'} could not be read ({_last_line(str(error))}): the file is "
+            "cut off or corrupt; write or download it again"
+        ) from None
+    except (StrictDataclassError, OSError, ValueError, RuntimeError) as error:
+        raise HfEntmaxValueError(f"{name} could not be loaded: {_last_line(str(error))}") from None
 
 
 def replace_folder(new: Path, target: Path) -> None:
@@ -232,10 +364,7 @@ def _link_files(folder: Path, files: Sequence[str], destination: Path) -> Path:
 
 def _check_model_folder(model_folder: Path, folder: Path, sentences: list[str] | None, scratch: Path) -> float:
     """`check_folder_loads` on ``model_folder``, with ``folder`` in the messages and ``scratch`` for the child."""
-    config_path = model_folder / "config.json"
-    if not config_path.is_file():
-        raise HfEntmaxFileNotFoundError(f"{folder} has no config.json: not a model folder")
-    config = json.loads(config_path.read_text())
+    config = read_model_config(model_folder, str(folder))
     if config.get("model_type") != AdaptiveEntmaxMarianConfig.model_type:
         raise HfEntmaxValueError(
             f"{folder} holds a {config.get('model_type')!r} model, not an AdaptiveEntmaxMarian one "
@@ -246,12 +375,9 @@ def _check_model_folder(model_folder: Path, folder: Path, sentences: list[str] |
             f"{folder}/config.json has no auto_map, so it cannot load without hf_entmax; "
             "write the folder with `hf-entmax export`"
         )
-    try:
-        model = AdaptiveEntmaxMarianMTModel.from_pretrained(model_folder, use_safetensors=True).eval()
-        # With the config given, the tokenizer does not load the folder's remote code into this process.
-        tokenizer = AutoTokenizer.from_pretrained(model_folder, config=model.config)
-    except (OSError, ValueError) as error:
-        raise HfEntmaxValueError(f"{folder} does not load: {_last_line(str(error))}") from error
+    model = load_pretrained(AdaptiveEntmaxMarianMTModel, model_folder, str(folder), use_safetensors=True).eval()
+    # With the config given, the tokenizer does not load the folder's remote code into this process.
+    tokenizer = load_tokenizer(model_folder, str(folder), config=model.config)
 
     inputs = tokenizer(sentences or CHECK_SENTENCES, return_tensors="pt", padding=True, truncation=True)
     with torch.no_grad():
@@ -276,7 +402,7 @@ def _check_model_folder(model_folder: Path, folder: Path, sentences: list[str] |
     )
     if completed.returncode != 0:
         raise HfEntmaxValueError(f"{folder} does not load without hf_entmax installed: {_last_line(completed.stderr)}")
-    loaded = torch.load(scratch / "out.pt")
+    loaded = torch.load(scratch / "out.pt", weights_only=True)
 
     if loaded["logits"].shape != logits.shape:
         raise HfEntmaxValueError(
@@ -316,8 +442,16 @@ __all__ = [
     "CHECK_SENTENCES",
     "PICKLE_SUFFIXES",
     "RUN_RECORD_FILES",
+    "SAFETENSORS_WEIGHTS",
     "check_folder_loads",
+    "check_safetensors_weights",
+    "check_shard_size",
     "export_hub_folder",
     "find_pickle_files",
+    "is_shard_size",
     "load_check_environment",
+    "load_config",
+    "load_pretrained",
+    "load_tokenizer",
+    "read_model_config",
 ]

@@ -25,7 +25,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers.dynamic_module_utils import get_relative_imports
 
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
-from .export import PICKLE_SUFFIXES, RUN_RECORD_FILES, check_folder_loads
+from .export import PICKLE_SUFFIXES, RUN_RECORD_FILES, check_folder_loads, check_safetensors_weights
 
 
 LOGIN_HINT = "log in with `hf auth login`, or set HF_TOKEN to a token with write access"
@@ -183,7 +183,8 @@ def select_upload_files(folder: str | os.PathLike) -> UploadSelection:
     Raises:
         HfEntmaxFileNotFoundError: no such folder, or README.md shows an image the folder does not have.
         HfEntmaxValueError: a top-level pickle file other than Trainer's states (e.g. ``pytorch_model.bin``): it
-            would be weights that unpickle, which hf_entmax never publishes; or no config.json.
+            would be weights that unpickle, which hf_entmax never publishes; no config.json; no safetensors weights
+            or two sets of them (one stale); a config naming code that is not a file of the folder.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -202,6 +203,7 @@ def select_upload_files(folder: str | os.PathLike) -> UploadSelection:
         )
     if "config.json" not in top_level:
         raise HfEntmaxValueError(f"refusing to upload {folder}: it has no config.json, so it is not a model folder")
+    check_safetensors_weights(folder, f"refusing to upload {folder}:")
 
     selected = {name for name in top_level if _matches(name, UPLOAD_PATTERNS)}
     selected |= _code_files(folder)
@@ -237,7 +239,13 @@ def _code_files(folder: Path) -> set[str]:
             for class_path in reference if isinstance(reference, list) else [reference]:
                 # "module.Class"; "other/repo--module.Class" is code from another repo, not from this folder.
                 if isinstance(class_path, str) and "--" not in class_path and "." in class_path:
-                    modules.append(class_path.rsplit(".", 1)[0])
+                    module = class_path.rsplit(".", 1)[0]
+                    if not module.isidentifier():  # transformers loads "module.Class" from a file of the folder
+                        raise HfEntmaxValueError(
+                            f"refusing to upload {folder}: {config_name} names the code {class_path!r}, which is not "
+                            "a file of the folder (expected module.Class)"
+                        )
+                    modules.append(module)
     files = set()
     while modules:
         name = f"{modules.pop()}.py"

@@ -159,7 +159,7 @@ class ModelArguments(AlphaArguments):
                 "--tokenizer_name the given tokenizer keeps its vocabulary"
             )
         self.model_size = self.model_size or DEFAULT_MODEL_SIZE
-        self.vocab_size = self.vocab_size or DEFAULT_VOCAB_SIZE
+        self.vocab_size = DEFAULT_VOCAB_SIZE if self.vocab_size is None else self.vocab_size
         if self.model_size not in MODEL_PRESETS:
             raise HfEntmaxValueError(
                 f"--model_size must be one of {', '.join(MODEL_PRESETS)}, got {self.model_size!r}"
@@ -341,12 +341,19 @@ class TrainingArguments(Seq2SeqTrainingArguments):
             ("adam_beta1", self.adam_beta1, lambda value: 0 <= value < 1, "in [0, 1)"),
             ("adam_beta2", self.adam_beta2, lambda value: 0 <= value < 1, "in [0, 1)"),
             ("adam_epsilon", self.adam_epsilon, lambda value: value > 0, "> 0"),
+            ("seed", self.seed, lambda value: 0 <= value < 2**32, "in [0, 2**32)"),
         ]
         for name, value, allowed, expected in checks:
             if not (math.isfinite(value) and allowed(value)):
                 raise HfEntmaxValueError(f"--{name} must be a finite number {expected}, got {value!r}")
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-            if getattr(self, name) < 1:
+        for name in (
+            "per_device_train_batch_size",
+            "per_device_eval_batch_size",
+            "gradient_accumulation_steps",
+            "generation_num_beams",
+            "generation_max_length",
+        ):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise HfEntmaxValueError(f"--{name} must be a positive whole number, got {getattr(self, name)!r}")
         if self.max_steps == 0 or self.max_steps < -1:
             raise HfEntmaxValueError(

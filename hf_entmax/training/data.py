@@ -194,6 +194,7 @@ def load_local_splits(
     Raises:
         HfEntmaxValueError: If no split is given, a split is given both as one file and as a pair, or only one
             file of a pair is given; any error of :func:`read_parallel_file` and :func:`read_text_pair`.
+        HfEntmaxFileNotFoundError: If a file given does not exist (naming its flag).
     """
     check_language_pair(source_lang, target_lang)
     given = {
@@ -218,6 +219,10 @@ def load_local_splits(
             "no local data files given: pass --train_file (or --train_source_file with --train_target_file), "
             "and the same for validation/test as needed"
         )
+    for split, paths in given.items():
+        for flag, path in zip((f"{split}_file", f"{split}_source_file", f"{split}_target_file"), paths, strict=True):
+            if path is not None and not Path(path).exists():
+                raise HfEntmaxFileNotFoundError(f"--{flag} {path}: no such file or folder")
 
     splits = DatasetDict()
     for split, (file, source_file, target_file) in given.items():
