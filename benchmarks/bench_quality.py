@@ -1,105 +1,111 @@
-"""Translation quality at an equal budget: softmax vs 1.5-entmax vs adaptive α-entmax on Multi30k de→en.
+"""Translation quality at an equal budget: softmax vs 1.5-entmax vs adaptive α-entmax, through `hf-entmax train`.
 
-    python benchmarks/bench_quality.py --data_dir ../shared/data/multi30k [--max_steps 1200]
+    python benchmarks/bench_quality.py --data_dir ../shared/data/multi30k --directions de-en en-de \\
+        --variants softmax entmax15 adaptive --seeds 0 1 2 [--max_steps 1200] [--markdown docs/benchmarks.md]
 
-Each variant is the same `small` AdaptiveEntmaxMarian (d_model 256, 3+3 layers, 4 heads, FFN 1024) trained with
-identical settings, data order and joint SentencePiece tokenizer (trained once, shared); only the attention
-mapping differs: fixed α = 1 (softmax), fixed α = 1.5, and learned α per head (the paper's random init).
-Prints sacreBLEU/chrF on test_2016_flickr (beam 4) and training throughput (source + target tokens per second,
-measured in the same run), as a Markdown table.
+Each run is the command line a user types: `hf-entmax train` with the `small` preset, its default recipe and only the
+flags that define the variant (and the seed); validation (`val`) and test (`test_2016_flickr`) are scored at the end.
+Runs already finished in --output_dir are read, not repeated, so the benchmark can be extended seed by seed.
+
+Variants: `softmax` (α = 1 fixed), `entmax15` (α = 1.5 fixed), `adaptive` (learned α per head, the defaults), and any
+`--variant NAME="FLAGS"` added for an experiment (e.g. `--variant adaptive-a1.1="--alpha_init 1.1"`). Choose among
+variants on validation BLEU; the test columns confirm.
 """
 
 import argparse
 import json
+import shlex
+import statistics
+import sys
 from pathlib import Path
 
-from transformers import Seq2SeqTrainingArguments
-
-from hf_entmax.training.arguments import DataArguments, ModelArguments
-from hf_entmax.training.run import train
+from runs import multi30k_flags, run, scores
+from tables import write_table
 
 
 VARIANTS = {
-    "softmax (α = 1, fixed)": {"alpha_init": "1.0", "learn_alpha": False},
-    "1.5-entmax (fixed)": {"alpha_init": "1.5", "learn_alpha": False},
-    "adaptive α-entmax (learned per head)": {"alpha_init": "random", "learn_alpha": True},
+    "softmax": ["--alpha_init", "1", "--learn_alpha", "False"],
+    "entmax15": ["--alpha_init", "1.5", "--learn_alpha", "False"],
+    "adaptive": [],
 }
+
+
+def mean_and_spread(values: list[float]) -> str:
+    """``mean ± sample standard deviation`` (just the value for one seed)."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data_dir", default="../shared/data/multi30k")
-    parser.add_argument("--output_dir", default="outputs/bench_quality")
+    parser.add_argument("--output_dir", default="benchmarks/outputs/quality")
+    parser.add_argument("--directions", nargs="+", default=["de-en"], help="source-target pairs, e.g. de-en en-de")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    parser.add_argument(
+        "--variant", action="append", default=[], metavar='NAME="FLAGS"', help="an extra variant: its train flags"
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--max_steps", type=int, default=1200)
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--learning_rate", type=float, default=1e-3)
-    parser.add_argument(
-        "--alpha_learning_rate",
-        type=float,
-        default=3e-2,
-        help="learning rate of the α logits (adaptive variant), the best of 1e-3, 1e-2 and 3e-2 (see the README)",
-    )
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument(
-        "--tokenizer_name", default=None, help="reuse this tokenizer (default: train one in the first variant's run)"
-    )
+    parser.add_argument("--extra", default="", help="flags added to every run (e.g. for a quick check of the script)")
+    parser.add_argument("--markdown", default=None, help="put the table into this Markdown file")
+    parser.add_argument("--table", default="quality", help="the name of the table's markers in --markdown")
     arguments = parser.parse_args()
 
-    data_dir = Path(arguments.data_dir)
-    data_args = DataArguments(
-        source_lang="de",
-        target_lang="en",
-        train_source_file=str(data_dir / "train.de"),
-        train_target_file=str(data_dir / "train.en"),
-        test_source_file=str(data_dir / "test_2016_flickr.de"),
-        test_target_file=str(data_dir / "test_2016_flickr.en"),
-    )
-    shared_tokenizer = arguments.tokenizer_name
-    rows = []
-    for name in arguments.variants:
-        output_dir = Path(arguments.output_dir) / name.split()[0].replace("α", "alpha")
-        model_args = ModelArguments(
-            model_size="small",
-            vocab_size=None if shared_tokenizer else 8000,  # a shared tokenizer keeps its vocabulary
-            tokenizer_name=shared_tokenizer,
-            alpha_learning_rate=arguments.alpha_learning_rate,
-            **VARIANTS[name],
-        )
-        training_args = Seq2SeqTrainingArguments(
-            output_dir=str(output_dir),
-            max_steps=arguments.max_steps,
-            per_device_train_batch_size=arguments.batch_size,
-            per_device_eval_batch_size=128,
-            learning_rate=arguments.learning_rate,
-            lr_scheduler_type="inverse_sqrt",
-            warmup_steps=arguments.max_steps // 10,
-            weight_decay=0.01,
-            logging_steps=100,
-            save_strategy="no",
-            eval_strategy="no",
-            generation_num_beams=4,
-            report_to="none",
-            seed=0,
-            disable_tqdm=True,
-        )
-        summary = train(model_args, data_args, training_args)
-        shared_tokenizer = shared_tokenizer or str(output_dir)
-        rows.append((name, summary))
-        print(json.dumps({"variant": name, **summary["metrics"]}))
+    variants = dict(VARIANTS)
+    for definition in arguments.variant:
+        name, _, flags = definition.partition("=")
+        variants[name] = shlex.split(flags)
+    unknown = [name for name in arguments.variants if name not in variants]
+    if unknown:
+        sys.exit(f"unknown variants {unknown}: define them with --variant NAME=FLAGS")
 
-    print(f"\nMulti30k de→en, `small` preset, {arguments.max_steps} steps × batch {arguments.batch_size}, beam 4:\n")
-    print("| attention | BLEU | chrF | train tokens/s | × softmax |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    baseline = None
-    for name, summary in rows:
-        metrics = summary["metrics"]
-        tokens_per_second = metrics["train_samples_per_second"] * summary["mean_tokens_per_example"]
-        baseline = baseline or tokens_per_second
-        print(
-            f"| {name} | {metrics['test_bleu']:.1f} | {metrics['test_chrf']:.1f} | {tokens_per_second:,.0f} "
-            f"| {tokens_per_second / baseline:.2f} |"
+    out = Path(arguments.output_dir)
+    results = {}
+    for direction in arguments.directions:
+        source, target = direction.split("-")
+        data = multi30k_flags(Path(arguments.data_dir), source, target)
+        for name in arguments.variants:
+            for seed in arguments.seeds:
+                folder = out / f"{arguments.max_steps}-steps" / direction / name / f"seed{seed}"
+                if not (folder / "training_summary.json").exists():
+                    command = ["hf-entmax", "train", *data["pair"], *data["train"], *data["evaluation"]]
+                    command += ["--max_steps", str(arguments.max_steps), "--per_device_train_batch_size"]
+                    command += [str(arguments.batch_size), "--seed", str(seed), "--save_strategy", "no"]
+                    command += ["--report_to", "none", "--disable_tqdm", "True", "--output_dir", str(folder)]
+                    run([*command, *variants[name], *shlex.split(arguments.extra)], out / "commands.log")
+                results.setdefault((direction, name), []).append(scores(folder))
+
+    lines = [
+        "| direction | attention | flags | seeds | validation BLEU | test BLEU | test chrF | mean α (enc, dec, cross) "
+        "| heads with α ≥ 1.5 |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for (direction, name), runs in results.items():
+        alphas = ", ".join(f"{statistics.mean(run['mean α'][kind] for run in runs):.2f}" for kind in runs[0]["mean α"])
+        sparse = statistics.mean(run["sparse heads"] for run in runs)
+        lines.append(
+            f"| {direction} | {name} | `{shlex.join(variants[name]) or '(defaults)'}` | {len(runs)} "
+            f"| {mean_and_spread([run['validation BLEU'] for run in runs])} "
+            f"| {mean_and_spread([run['test BLEU'] for run in runs])} "
+            f"| {mean_and_spread([run['test chrF'] for run in runs])} | {alphas} | {sparse:.1f}/{runs[0]['heads']} |"
         )
-    print(f"\n({rows[0][1]['sacrebleu_signatures']['bleu_signature']})")
+    signature = next(iter(results.values()))[0]["signature"]
+    lines += [
+        "",
+        f"sacreBLEU {signature}; `small` preset, {arguments.max_steps} steps × batch {arguments.batch_size}, "
+        "default recipe; mean ± standard deviation over seeds.",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    (out / f"results-{arguments.table}.json").write_text(
+        json.dumps({f"{direction} {name}": runs for (direction, name), runs in results.items()}, indent=1)
+    )
+    if arguments.markdown:
+        command = shlex.join(["python", "benchmarks/bench_quality.py", *sys.argv[1:]])
+        write_table(arguments.markdown, arguments.table, f"{table}\n\nMeasured with `{command}`.")
 
 
 if __name__ == "__main__":

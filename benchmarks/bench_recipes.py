@@ -17,28 +17,15 @@ Prints (and writes with --markdown) validation and test BLEU/chrF of each, with 
 """
 
 import argparse
-import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
+from runs import multi30k_flags, run, scores
 from tables import write_table
 
 
 FIXED = ["--learn_alpha", "False"]
-TEST = "test_2016_flickr"
-
-
-def run(command: list[str], log: Path) -> None:
-    """Run one command line, its output appended to ``log``; stop the benchmark if it fails."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as handle:
-        handle.write(f"$ {shlex.join(command)}\n")
-        handle.flush()
-        completed = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT)
-    if completed.returncode != 0:
-        sys.exit(f"failed ({completed.returncode}): {shlex.join(command)}; see {log}")
 
 
 def save_as_marian(folder: Path, output: Path) -> None:
@@ -54,22 +41,6 @@ def save_as_marian(folder: Path, output: Path) -> None:
     marian.generation_config = model.generation_config
     marian.save_pretrained(output)
     AutoTokenizer.from_pretrained(folder, config=model.config).save_pretrained(output)
-
-
-def scores(folder: Path) -> dict:
-    summary = json.loads((folder / "training_summary.json").read_text())
-    metrics = summary["metrics"]
-    return {
-        "validation BLEU": metrics.get("eval_bleu"),
-        "validation chrF": metrics.get("eval_chrf"),
-        "test BLEU": metrics.get("test_bleu"),
-        "test chrF": metrics.get("test_chrf"),
-        "signature": summary["sacrebleu_signatures"]["bleu_signature"],
-        "recipe": summary["recipe"],
-        "mean α": {
-            kind: round(sum(map(sum, rows)) / sum(map(len, rows)), 2) for kind, rows in summary["alphas"].items()
-        },
-    }
 
 
 def main() -> None:
@@ -92,17 +63,12 @@ def main() -> None:
     )
     arguments = parser.parse_args()
 
-    data = Path(arguments.data_dir)
     out = Path(arguments.output_dir)
     log = out / "commands.log"
     cli = ["hf-entmax"]
-    pair = ["--source_lang", "de", "--target_lang", "en"]
-    evaluation = [
-        "--validation_source_file", str(data / "val.de"), "--validation_target_file", str(data / "val.en"),
-        "--test_source_file", str(data / f"{TEST}.de"), "--test_target_file", str(data / f"{TEST}.en"),
-    ]  # fmt: skip
-    training = ["--train_source_file", str(data / "train.de"), "--train_target_file", str(data / "train.en")]
-    common = [*pair, *evaluation, "--per_device_train_batch_size", str(arguments.batch_size)]
+    data = multi30k_flags(Path(arguments.data_dir), "de", "en")
+    training = data["train"]
+    common = [*data["pair"], *data["evaluation"], "--per_device_train_batch_size", str(arguments.batch_size)]
     common += ["--save_strategy", "no", "--report_to", "none", "--seed", str(arguments.seed), "--disable_tqdm", "True"]
     common += shlex.split(arguments.extra)
     budget = ["--max_steps", str(arguments.max_steps)]

@@ -188,13 +188,16 @@ class ModelCardInfo:
 
         did_train = summary.get("did_train", True) is not False
         base = summary.get("base_model")
+        # Summaries record whether base_model is a local folder (by its name only); older ones, the path as given.
+        local = summary.get("base_model_is_local")
+        base_is_hub_id = bool(base) and (not local if local is not None else is_hub_id(base))
         fields = {
             "model_name": summary.get("model_name"),
             "source_lang": summary.get("source_lang"),
             "target_lang": summary.get("target_lang"),
             "datasets": datasets,
-            "base_model": base if base and is_hub_id(base) else None,
-            "base_model_local_name": Path(base).name if base and not is_hub_id(base) else None,
+            "base_model": base if base_is_hub_id else None,
+            "base_model_local_name": Path(base).name if base and not base_is_hub_id else None,
             "base_model_type": summary.get("base_model_type"),
             "base_model_converted": bool(summary.get("base_model_converted")),
             "eval_results": eval_results,

@@ -187,6 +187,10 @@ class TranslationPipeline(Pipeline):
         given = (
             generate_kwargs if "generation_config" in generate_kwargs else {**self._generate_kwargs, **generate_kwargs}
         )
+        for name in ("num_beams", "num_return_sequences"):
+            value = given.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
         decoder_input_ids = given.get("decoder_input_ids")
         prompt_length = 1 if decoder_input_ids is None else decoder_input_ids.shape[-1]
         overrides = self._total_length_limits(given, prompt_length)

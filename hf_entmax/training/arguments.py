@@ -84,7 +84,9 @@ def given_alpha_options(arguments: object, flag_prefix: str = "--") -> dict[str,
             try:
                 value = float(value)
             except ValueError:
-                raise HfEntmaxValueError(f"{flag} must be a number in [1, 2], got {value!r}") from None
+                value = math.nan
+            if not 1.0 <= value <= 2.0:
+                raise HfEntmaxValueError(f"{flag} must be a number in [1, 2], got {getattr(arguments, option.name)!r}")
         given[option.name] = value
     return given
 
@@ -359,4 +361,8 @@ class TrainingArguments(Seq2SeqTrainingArguments):
             raise HfEntmaxValueError(
                 f"--max_steps must be a positive number of steps (or -1: epochs), got {self.max_steps}"
             )
+        for strategy, steps in (("save_strategy", "save_steps"), ("eval_strategy", "eval_steps")):
+            value = getattr(self, steps)
+            if getattr(self, strategy) == "steps" and value is not None and value <= 0:
+                raise HfEntmaxValueError(f"--{steps} must be positive with --{strategy} steps, got {value}")
         super().__post_init__()

@@ -19,6 +19,7 @@ import torch
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
+from ..conversion.model_card import is_hub_id
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import (
     ATTENTION_TYPES,
@@ -73,7 +74,7 @@ def read_starting_point(model_name_or_path: str | None) -> StartingPoint:
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise HfEntmaxValueError(f"{flag}: {config_path} is not valid JSON ({error})") from None
         model_type = config_dict.get("model_type") if isinstance(config_dict, dict) else None
-    elif path.exists() or model_name_or_path.startswith((".", "~", "/")) or model_name_or_path.count("/") > 1:
+    elif path.exists() or not is_hub_id(model_name_or_path):
         raise HfEntmaxFileNotFoundError(f"{flag}: no such folder (give a model folder or a Hub id such as org/name)")
     else:
         model_type = None

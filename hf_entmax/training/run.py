@@ -447,6 +447,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         if trainer.is_world_process_zero():
             write_predictions(output_dir / PREDICTIONS_FILE, prediction.predictions, tokenizer)
 
+    base_is_local = start.name is not None and Path(start.name).expanduser().exists()
     summary = {
         "model_name": output_dir.resolve().name,
         "source_lang": source_lang,
@@ -456,7 +457,9 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         "num_examples": {split_name: len(split) for split_name, split in tokenized.items()},
         # Source plus target tokens of an average training pair: turns examples/s into tokens/s.
         "mean_tokens_per_example": mean_tokens_per_example(tokenized["train"]) if "train" in tokenized else None,
-        "base_model": model_args.model_name_or_path,
+        # A local folder is recorded by its name: the summary is published with the model.
+        "base_model": Path(start.name).name if base_is_local else start.name,
+        "base_model_is_local": base_is_local,
         "base_model_type": None if start.kind == "fresh" else start.kind,
         "base_model_converted": converted_from_marian(start),
         "model_size": model_args.model_size if start.kind == "fresh" else None,

@@ -1,0 +1,52 @@
+"""What the quality benchmarks share: running an `hf-entmax` command line with its output logged, and reading what a
+run reached from its `training_summary.json`."""
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+
+MULTI30K_TEST = "test_2016_flickr"
+
+
+def run(command: list[str], log: Path) -> None:
+    """Run one command line, its output appended to ``log``; stop the benchmark if it fails."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        handle.write(f"$ {shlex.join(command)}\n")
+        handle.flush()
+        completed = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT)
+    if completed.returncode != 0:
+        sys.exit(f"failed ({completed.returncode}): {shlex.join(command)}; see {log}")
+
+
+def multi30k_flags(data_dir: Path, source: str, target: str) -> dict[str, list[str]]:
+    """`hf-entmax train` data flags for Multi30k in one direction: training, and validation + test."""
+    files = {"train": "train", "validation": "val", "test": MULTI30K_TEST}
+    flags = {"pair": ["--source_lang", source, "--target_lang", target], "train": [], "evaluation": []}
+    for split, name in files.items():
+        group = "train" if split == "train" else "evaluation"
+        flags[group] += [f"--{split}_source_file", str(data_dir / f"{name}.{source}")]
+        flags[group] += [f"--{split}_target_file", str(data_dir / f"{name}.{target}")]
+    return flags
+
+
+def scores(folder: Path) -> dict:
+    """Validation and test BLEU/chrF, the recipe, and α of a finished run."""
+    summary = json.loads((folder / "training_summary.json").read_text())
+    metrics = summary["metrics"]
+    alphas = [alpha for rows in summary["alphas"].values() for row in rows for alpha in row]
+    mean_alpha = {kind: sum(map(sum, rows)) / sum(map(len, rows)) for kind, rows in summary["alphas"].items()}
+    return {
+        "validation BLEU": metrics.get("eval_bleu"),
+        "validation chrF": metrics.get("eval_chrf"),
+        "test BLEU": metrics.get("test_bleu"),
+        "test chrF": metrics.get("test_chrf"),
+        "signature": summary["sacrebleu_signatures"]["bleu_signature"],
+        "recipe": summary["recipe"],
+        "mean α": mean_alpha,
+        "sparse heads": sum(alpha >= 1.5 for alpha in alphas),
+        "heads": len(alphas),
+    }
