@@ -12,9 +12,9 @@ from transformers import BartConfig, BartForConditionalGeneration, MarianConfig,
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel
 from hf_entmax.cli import main
-from hf_entmax.conversion import convert_marian, find_pickle_files
-from hf_entmax.conversion.convert import compare_models, copy_marian_weights, hub_id_from_cache_path, infer_languages
 from hf_entmax.errors import HfEntmaxError, HfEntmaxValueError
+from hf_entmax.hub import convert_marian, find_pickle_files
+from hf_entmax.hub.convert import compare_models, copy_marian_weights, hub_id_from_cache_path, infer_languages
 
 
 def tiny_marian(vocab_size: int, seed: int = 0) -> MarianMTModel:

@@ -10,7 +10,8 @@ from huggingface_hub import ModelCard
 from hf_entmax import AdaptiveEntmaxMarianMTModel, analyze_model
 from hf_entmax.analysis.report import write_report
 from hf_entmax.cli import main
-from hf_entmax.conversion import (
+from hf_entmax.errors import HfEntmaxValueError
+from hf_entmax.hub import (
     ModelCardInfo,
     check_folder_loads,
     export_hub_folder,
@@ -18,8 +19,7 @@ from hf_entmax.conversion import (
     measure_attention_sparsity,
     render_model_card,
 )
-from hf_entmax.conversion.model_card import CONVERTED_TAG
-from hf_entmax.errors import HfEntmaxValueError
+from hf_entmax.hub.model_card import CONVERTED_TAG
 
 
 SUMMARY = {

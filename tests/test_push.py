@@ -15,9 +15,9 @@ from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, Response
 
 from hf_entmax.cli import main
-from hf_entmax.conversion import export_hub_folder, push_folder
-from hf_entmax.conversion.push import HubTransportError
 from hf_entmax.errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
+from hf_entmax.hub import export_hub_folder, push_folder
+from hf_entmax.hub.push import HubTransportError
 
 
 class FakeHfApi:
@@ -132,7 +132,7 @@ def test_a_training_output_uploads_only_the_model_files(hub_folder, tmp_path, on
     folder = shutil.copytree(hub_folder, tmp_path / "trained")
     added = add_training_leftovers(folder)
     api = FakeHfApi()
-    monkeypatch.setattr("hf_entmax.conversion.push.HfApi", lambda: api)
+    monkeypatch.setattr("hf_entmax.hub.push.HfApi", lambda: api)
     # The real load check: it loads only the selected files, so it proves the selection is a complete model.
     assert main(["push", str(folder), "--repo_id", "someone/model"]) == 0
 
@@ -255,7 +255,7 @@ def test_a_closed_hub_endpoint_is_a_one_line_error(hub_folder, online, monkeypat
         endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
-    monkeypatch.setattr("hf_entmax.conversion.push.check_folder_loads", lambda folder, files: 0.0)  # tested above
+    monkeypatch.setattr("hf_entmax.hub.push.check_folder_loads", lambda folder, files: 0.0)  # tested above
     assert main(["push", str(hub_folder), "--repo_id", "someone/model"]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1
@@ -264,8 +264,8 @@ def test_a_closed_hub_endpoint_is_a_one_line_error(hub_folder, online, monkeypat
 
 def test_push_command_reports_the_commit(hub_folder, online, monkeypatch, capsys):
     api = FakeHfApi()
-    monkeypatch.setattr("hf_entmax.conversion.push.HfApi", lambda: api)
-    monkeypatch.setattr("hf_entmax.conversion.push.check_folder_loads", lambda folder, files: 0.0)  # tested above
+    monkeypatch.setattr("hf_entmax.hub.push.HfApi", lambda: api)
+    monkeypatch.setattr("hf_entmax.hub.push.check_folder_loads", lambda folder, files: 0.0)  # tested above
     assert main(["push", str(hub_folder), "--repo_id", "someone/model", "--private", "--create_pr"]) == 0
     output = capsys.readouterr().out.splitlines()
     assert output[1] == "Skipped nothing: every file in the folder belongs in a model repository"

@@ -16,7 +16,7 @@ from huggingface_hub import constants
 from transformers import MarianConfig, MarianMTModel
 
 from hf_entmax.cli import main
-from hf_entmax.conversion import push as push_module
+from hf_entmax.hub import push as push_module
 from hf_entmax.training.synthetic import generate_pairs
 from hf_entmax.training.tokenizer import train_joint_tokenizer
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..conversion.export import check_safetensors_weights, load_pretrained, load_tokenizer, read_model_config
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..hub.export import check_safetensors_weights, load_pretrained, load_tokenizer, read_model_config
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..training.data import iter_lines, read_text_pair

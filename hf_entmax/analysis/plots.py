@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from ..conversion.model_card import ATTENTION_TITLES
+from ..hub.model_card import ATTENTION_TITLES
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
 from .collect import AttentionExample, ModelAnalysis
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..conversion.model_card import ATTENTION_TITLES
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..hub.model_card import ATTENTION_TITLES
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
 from ..training.run import ALPHA_HISTORY_FILE
 from . import plots

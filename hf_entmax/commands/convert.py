@@ -10,8 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..conversion.convert import convert_marian
-from ..conversion.push import check_repo_id
+from ..hub.convert import convert_marian
+from ..hub.push import check_repo_id
 from ..training.arguments import add_alpha_arguments, given_alpha_options
 from .hub_folder import add_hub_folder_arguments, check_written_folder, read_sentences
 from .parsing import CommandParser

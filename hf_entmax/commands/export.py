@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..analysis.report import model_card_section
-from ..conversion.export import (
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..hub.export import (
     RUN_RECORD_FILES,
     check_export_target,
     check_safetensors_weights,
@@ -25,9 +26,8 @@ from ..conversion.export import (
     load_tokenizer,
     read_model_config,
 )
-from ..conversion.model_card import ModelCardInfo, measure_attention_sparsity
-from ..conversion.push import check_repo_id
-from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..hub.model_card import ModelCardInfo, measure_attention_sparsity
+from ..hub.push import check_repo_id
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..training.run import SUMMARY_FILE

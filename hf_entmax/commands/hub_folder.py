@@ -3,8 +3,8 @@
 import argparse
 from pathlib import Path
 
-from ..conversion.export import check_folder_loads, is_shard_size
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..hub.export import check_folder_loads, is_shard_size
 
 
 def add_hub_folder_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..conversion.push import check_repo_id, push_folder, select_upload_files
+from ..hub.push import check_repo_id, push_folder, select_upload_files
 from .parsing import CommandParser
 
 

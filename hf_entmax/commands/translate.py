@@ -24,8 +24,8 @@ from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
 from ..analysis.inputs import check_model_folder
-from ..conversion.export import load_config, load_pretrained, load_tokenizer
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..hub.export import load_config, load_pretrained, load_tokenizer
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..training.data import MAX_LISTED_LINES, iter_lines
 from ..training.metrics import corpus_scores

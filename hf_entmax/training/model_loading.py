@@ -19,8 +19,8 @@ import torch
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
-from ..conversion.model_card import is_hub_id
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..hub.model_card import is_hub_id
 from ..modeling.configuration_adaptive_entmax_marian import (
     ATTENTION_TYPES,
     AdaptiveEntmaxMarianConfig,

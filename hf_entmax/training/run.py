@@ -27,8 +27,8 @@ from transformers import (
     set_seed,
 )
 
-from ..conversion.model_card import CONVERTED_TAG, ModelCardInfo, render_model_card
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..hub.model_card import CONVERTED_TAG, ModelCardInfo, render_model_card
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .arguments import DataArguments, ModelArguments
 from .data import limit_samples, load_parallel_data

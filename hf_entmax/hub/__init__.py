@@ -1,4 +1,4 @@
-"""Marian → AdaptiveEntmaxMarian conversion, Hub-ready folders, model cards and publishing to the Hub."""
+"""The Hub side: Marian → AdaptiveEntmaxMarian conversion, Hub-ready folders, model cards, publishing to the Hub."""
 
 from .convert import ConversionReport, convert_marian
 from .export import check_folder_loads, export_hub_folder, find_pickle_files
