@@ -7,7 +7,7 @@ that a model loaded from the Hub without hf_entmax uses.
 import entmax as entmax_ref
 import pytest
 import torch
-from torch.autograd import gradcheck
+from torch.autograd import gradcheck, gradgradcheck
 
 from hf_entmax.kernels.cpu import kernel_available
 from hf_entmax.modeling import entmax as entmax_module
@@ -117,6 +117,25 @@ def test_gradcheck_with_masked_entries_and_fully_masked_row(kind, mask_name):
     else:
         alphas = per_head_alpha([float(kind.removeprefix("alpha="))] * 2)
         assert gradcheck(lambda z, a: EntmaxFunction.apply(masked(z, mask, value), a, 3), (scores, alphas))
+
+
+@pytest.mark.parametrize(
+    "kind", ["alpha=1", "alpha=1 tensor", "alpha=1.5", "alpha=2", "learned", "sparsemax", "entmax15"]
+)
+def test_second_order_gradients_pass_gradgradcheck(kind):
+    """Double backward (``create_graph=True``: Hessian-vector products, gradient penalties) is exact, through masked
+    entries and a fully masked row, with α learned per head, on both implementations (the kernel's gave zeros silently;
+    the PyTorch 1.5-entmax failed this check). A fixed α = 1 tensor goes through the kernel's own softmax."""
+    scores = randn(2, 3, 2, 6, seed=46, scale=2.0, dtype=torch.float64).requires_grad_()
+    mask = random_mask(2, 3, 2, 6, seed=47)
+    mask[1, 0, 1] = True  # one fully masked row
+    if kind in ("learned", "alpha=1 tensor"):
+        # Interior α for a learned one: gradgradcheck's central steps would leave [1, 2] at its ends.
+        alphas = per_head_alpha([1.2, 1.5, 1.8]) if kind == "learned" else torch.ones(1, 3, 1, 1, dtype=torch.float64)
+        inputs = (scores, alphas) if kind == "learned" else (scores,)
+        assert gradgradcheck(lambda z, *a: entmax(masked(z, mask, NEG_INF), a[0] if a else alphas), inputs)
+    else:
+        assert gradgradcheck(lambda z: apply(kind, masked(z, mask, NEG_INF)), (scores,))
 
 
 # --- basic properties ----------------------------------------------------------------------------------------------
@@ -384,6 +403,142 @@ def test_huge_scores_are_finite_and_pick_the_maximum(kind):
     assert all(g is None or torch.isfinite(g).all() for g in grads)
     one_hot = torch.nn.functional.one_hot(scores.argmax(-1), 8).float()
     torch.testing.assert_close(probs, one_hot, rtol=0, atol=1e-6)
+
+
+# Both implementations, every α family, with a tensor α = 1 for the kernel's own softmax (a float α = 1 is PyTorch's).
+EXTREME_KINDS = [*KINDS, "alpha=1.01", "alpha=1.25", "alpha=1 tensor"]
+# Magnitudes of extreme spreads for each dtype, up to a quarter of its largest value: 1e4 already leaves everything but
+# the maximum at least 1/β = 100 behind it (the iteration's regime); from ~1.7e7 in float32 (~1e16 in float64) the
+# spacing of the scores exceeds 2/β, and max − 1/β rounds to max.
+MAGNITUDES = {
+    torch.float32: [1e4, 1.7e7, 3e7, 1e8, 1e30, 8e37],
+    torch.float64: [1e4, 1.7e7, 1e16, 1e30, 1e300],
+    torch.bfloat16: [1e4, 1e8, 1e30, 8e37],
+    torch.float16: [1e4, 1.6e4],
+}
+ALL_DTYPES = [torch.float32, torch.float64, *HALF_DTYPES]
+POS_INF = float("inf")
+NAN = float("nan")
+
+
+def apply_with_alpha(kind: str, scores: torch.Tensor, alpha_shape: tuple[int, ...] = ()):
+    """``(probs, alpha)``: the transform ``kind`` of ``scores``, and the α tensor it learns (``None`` for fixed α)."""
+    if kind not in ("learned", "alpha=1 tensor"):
+        return apply(kind, scores), None
+    value = LEARNED_ALPHA if kind == "learned" else 1.0
+    alpha = torch.full(alpha_shape, value, dtype=compute_dtype(scores)).requires_grad_()
+    return entmax(scores, alpha), alpha
+
+
+def compute_dtype(scores: torch.Tensor) -> torch.dtype:
+    """The dtype entmax computes ``scores`` in, and its α's."""
+    return torch.float64 if scores.dtype == torch.float64 else torch.float32
+
+
+def gradients(kind: str, scores: torch.Tensor, upstream: torch.Tensor, alpha_shape: tuple[int, ...] = ()):
+    """``(probs, grad_scores, grad_alpha)`` of ``(probs * upstream).sum()``; ``grad_alpha`` is ``None`` for fixed α."""
+    scores = scores.detach().requires_grad_()
+    probs, alpha = apply_with_alpha(kind, scores, alpha_shape)
+    leaves = (scores,) if alpha is None else (scores, alpha)
+    grads = torch.autograd.grad((probs * upstream).sum(), leaves)
+    return probs.detach(), grads[0], grads[1] if alpha is not None else None
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("kind", EXTREME_KINDS)
+def test_extreme_spreads_put_all_the_mass_on_the_maximum_with_zero_gradients(kind, dtype):
+    """Every other entry at least 1e4 below the maximum, up to the dtype's range: p is exactly one-hot (the kernel once
+    gave rows of zeros from ~1.7e7 in float32). Its Jacobian is zero there (g = 1 at the maximum and 0 elsewhere), and
+    so is the α-gradient (log p = 0 at the maximum), exactly."""
+    for magnitude in MAGNITUDES[dtype]:
+        scores = torch.tensor(
+            [
+                [magnitude, 0.0, -magnitude, magnitude / 2, NEG_INF],
+                [magnitude / 4, magnitude / 2, torch.finfo(dtype).min, -magnitude, magnitude],
+                [-magnitude, -magnitude / 2, -magnitude / 4, -magnitude, NEG_INF],
+            ],
+            dtype=dtype,
+        )
+        probs, grad_scores, grad_alpha = gradients(kind, scores, randn(3, 5, seed=42, dtype=dtype))
+        one_hot = torch.nn.functional.one_hot(torch.tensor([0, 4, 2]), 5).to(dtype)
+        assert torch.equal(probs, one_hot), f"magnitude {magnitude:g}"
+        assert torch.equal(grad_scores, torch.zeros_like(scores)), f"magnitude {magnitude:g}"
+        assert grad_alpha is None or grad_alpha.eq(0).all(), f"magnitude {magnitude:g}"
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("kind", EXTREME_KINDS)
+def test_infinite_and_huge_maxima_are_ties_with_everything_else_masked(kind, dtype):
+    """+inf entries share a row's mass, as equal large finite scores do in the limit, and so do maxima that are huge
+    next to the rest; −inf entries stay masked. Values and gradients (to the scores, finite, and to α) are those of the
+    tied entries alone, a row of equal scores: p = 1/k, a Jacobian g (δ − 1/k) that is not zero, and an α-gradient that
+    is zero up to rounding (p = 1/k does not depend on α)."""
+    for magnitude in MAGNITUDES[dtype]:
+        scores = torch.tensor(
+            [
+                [POS_INF, 0.0, POS_INF, NEG_INF, 5.0],
+                [1.0, POS_INF, 2.0, torch.finfo(dtype).min, -magnitude],
+                [magnitude, magnitude, -magnitude, magnitude, NEG_INF],
+                [POS_INF, POS_INF, POS_INF, POS_INF, POS_INF],
+            ],
+            dtype=dtype,
+        )
+        ties = [[0, 2], [1], [0, 1, 3], [0, 1, 2, 3, 4]]
+        upstream = randn(4, 5, seed=43, dtype=dtype)
+        probs, grad_scores, grad_alpha = gradients(kind, scores, upstream)
+        expected_probs, expected_scores = torch.zeros_like(probs), torch.zeros_like(grad_scores)
+        expected_alpha = None if grad_alpha is None else torch.zeros_like(grad_alpha)
+        for row, columns in enumerate(ties):
+            tied = gradients(kind, torch.zeros(1, len(columns), dtype=dtype), upstream[row : row + 1, columns])
+            expected_probs[row, columns], expected_scores[row, columns] = tied[0][0], tied[1][0]
+            if grad_alpha is not None:
+                expected_alpha += tied[2]
+        # p = 1/k to a few roundings in each computation in its compute dtype (a division; the PyTorch iteration's
+        # own, and its rescaling by Σp), then one rounding to the output dtype: 8 units of the first and 2 of the
+        # second, relative. Each gradient is a sum of k ≤ 5 products of such terms with the upstream gradient
+        # (|dp| ≤ 4): 32 units of compute rounding times max |dp|, and the output's rounding.
+        compute_eps, output_eps = torch.finfo(compute_dtype(scores)).eps, torch.finfo(dtype).eps
+        message = f"magnitude {magnitude:g}"
+        torch.testing.assert_close(probs, expected_probs, rtol=8 * compute_eps + 2 * output_eps, atol=0, msg=message)
+        gradient_tolerance = 32 * compute_eps * float(upstream.abs().max())
+        torch.testing.assert_close(grad_scores, expected_scores, rtol=2 * output_eps, atol=gradient_tolerance)
+        if grad_alpha is not None:
+            torch.testing.assert_close(grad_alpha, expected_alpha, rtol=0, atol=gradient_tolerance)
+
+
+@pytest.mark.parametrize("size", [7, 40])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("kind", EXTREME_KINDS)
+def test_nan_makes_its_row_nan_and_leaves_every_other_row_alone(kind, dtype, size):
+    """A NaN anywhere in a row makes the whole row NaN, as softmax does (the kernel dropped NaN entries silently; the
+    PyTorch sort-based functions raised an IndexError), and so are its gradients. The other rows of the batch, of every
+    kind (ordinary, masked, fully masked, +inf, huge spreads), and their gradients, are exactly those of the batch
+    without the NaN rows. α is per row, so that each row's α-gradient is its own."""
+    scores = randn(10, size, seed=44, scale=2.0, dtype=torch.float64)
+    scores[1, 3] = NAN
+    scores[2, ::3] = NEG_INF
+    scores[2, 1::3] = torch.finfo(dtype).min
+    scores[3] = NAN
+    scores[4] = NEG_INF
+    scores[4, -1] = NAN
+    scores[5, ::2] = POS_INF
+    scores[6, 0], scores[6, 1] = POS_INF, NAN
+    scores[7] = NEG_INF
+    scores[8, 0] = 1e4
+    scores[9, ::2] = torch.finfo(dtype).min
+    scores[9, -1] = NAN
+    scores = scores.to(dtype)
+    nan_rows = torch.tensor([False, True, False, True, True, False, True, False, False, True])
+    upstream = randn(10, size, seed=45, dtype=dtype)
+
+    probs, grad_scores, grad_alpha = gradients(kind, scores, upstream, alpha_shape=(10, 1))
+    clean = gradients(kind, scores[~nan_rows], upstream[~nan_rows], alpha_shape=(int((~nan_rows).sum()), 1))
+
+    assert probs[nan_rows].isnan().all() and grad_scores[nan_rows].isnan().all()
+    assert not probs[~nan_rows].isnan().any() and grad_scores[~nan_rows].isfinite().all()
+    assert torch.equal(probs[~nan_rows], clean[0]) and torch.equal(grad_scores[~nan_rows], clean[1])
+    if grad_alpha is not None:
+        assert grad_alpha[nan_rows].isnan().all() and torch.equal(grad_alpha[~nan_rows], clean[2])
 
 
 # --- dim handling --------------------------------------------------------------------------------------------------

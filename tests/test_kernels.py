@@ -1,11 +1,12 @@
 """Tests for the native CPU kernel: exact gradients, agreement with the float64 reference, fallback."""
 
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import tiny_model
-from torch.autograd import gradcheck
+from torch.autograd import gradcheck, gradgradcheck
 
 from hf_entmax.errors import HfEntmaxValueError
 from hf_entmax.kernels import cpu
@@ -169,12 +170,10 @@ def summed_bound(values: torch.Tensor, errors: torch.Tensor, shape: torch.Size) 
 def reference_backward(
     probs: torch.Tensor, alpha: torch.Tensor | float, grad_probs: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The float64 reference's backward (`EntmaxFunction.backward`) at given probabilities along the last dimension:
-    the gradients to the scores and to α per row, (..., 1)."""
+    """The float64 reference's backward (`entmax_backward`, as `EntmaxFunction` runs it) at given probabilities along
+    the last dimension: the gradients to the scores and to α per row, (..., 1)."""
     row_alpha = torch.as_tensor(alpha, dtype=torch.float64).expand((*probs.shape[:-1], 1)).contiguous()
-    context = SimpleNamespace(saved_tensors=(probs, row_alpha), dim=probs.dim() - 1, needs_input_grad=(True, True))
-    grad_scores, grad_alpha, _ = EntmaxFunction.backward(context, grad_probs)
-    return grad_scores, grad_alpha
+    return entmax_module.entmax_backward(probs, row_alpha, grad_probs, probs.dim() - 1)
 
 
 def assert_within(actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor, what: str) -> None:
@@ -301,6 +300,44 @@ def test_float32_kernel_keeps_its_accuracy_for_large_scores(offset):
         check_kernel_against_reference(scores + offset, (betas + 1)[:, None], grad_probs)
 
 
+def spaced_scores(offset: float, spacing: float, rows: int, size: int, seed: int) -> torch.Tensor:
+    """float64 rows of ``offset`` plus a few multiples of ``spacing`` (exact in the dtype whose spacing it is there),
+    with ties and near-ties at the maximum."""
+    generator = torch.Generator().manual_seed(seed)
+    steps = torch.randint(-5, 1, (rows, size), generator=generator).double()
+    return offset + spacing * steps
+
+
+@pytest.mark.parametrize("offset", [2.0**23, 1e7, 1.7e7, 3e7, 1e8])
+def test_float32_kernel_on_scores_a_few_spacings_apart_at_large_magnitudes(offset):
+    """Scores around 1e7–1e8, where float32's spacing (0.5 to 8) is close to 1/β: candidates at the edge of the
+    support, ties, and rows whose support is the maxima alone. The thresholds that select candidates once rounded up
+    past entries of the support (sparsemax of [1e7, 1e7 − 1, 1e7] was [0, 0, 0])."""
+    spacing = 2.0 ** (math.floor(math.log2(offset)) - 23)
+    betas = torch.tensor([0.01, 0.25, 0.37, 0.5, 0.63, 0.75, 0.9, 1.0]).repeat_interleave(8)
+    for size in (3, 12, 64):  # rows in SIMD lanes, gathered into them, iterated on alone
+        scores = spaced_scores(offset, spacing, betas.shape[0], size, seed=size).float()
+        grad_probs = torch.randn(scores.shape, generator=torch.Generator().manual_seed(size))
+        check_kernel_against_reference(scores, (betas + 1)[:, None], grad_probs)
+
+
+@pytest.mark.parametrize("offset", [1e15, 4e15, 1e16])
+def test_float64_kernel_on_scores_a_few_spacings_apart_at_large_magnitudes(offset):
+    """As above in float64, where the shift row max + c, one double, once lost the normaliser's digits around 1e15
+    (rows of NaN, or summing to 26). Two float64 computations, each within its bound (the reference stops within
+    16ε = 32u of Σp = 1), so within their sum of each other."""
+    spacing = 2.0 ** (math.floor(math.log2(offset)) - 52)
+    alpha = (torch.tensor([0.01, 0.25, 0.37, 0.5, 0.63, 0.75, 0.9, 1.0], dtype=torch.float64) + 1).repeat_interleave(8)
+    for size in (3, 12, 64):
+        scores = spaced_scores(offset, spacing, alpha.shape[0], size, seed=size)
+        probs = torch.ops.hf_entmax.entmax_forward(scores, alpha[:, None])
+        reference = EntmaxFunction.apply(scores, alpha[:, None], 1)
+        bound = forward_bound(reference, alpha[:, None], roundoff=FLOAT64_ROUNDOFF) + forward_bound(
+            reference, alpha[:, None], roundoff=FLOAT64_ROUNDOFF, stopping_tolerance=32.0
+        )
+        assert_within(probs, reference, bound, f"probabilities of rows of {size}")
+
+
 def test_kernel_names_an_alpha_that_does_not_broadcast():
     with pytest.raises(
         RuntimeError, match=r"alpha of shape \[3\] must broadcast to the rows of the scores, \[2, 5, 1\]"
@@ -409,6 +446,64 @@ def test_fused_attention_gradcheck(beta, dropout):
         probs = cpu.native_entmax_attention(query, key, value, alpha, mask)[1]
         assert ((weights == 0) & (probs > 0)).any() and (weights > probs).any()
     assert gradcheck(attention, (query, key, value, alpha))
+
+
+@pytest.mark.parametrize(("beta", "dropout"), [(0.0, 0.0), (0.3, 0.0), (0.5, 0.0), (1.0, 0.0), (0.3, 0.4)])
+def test_fused_attention_second_order_gradients(beta, dropout):
+    """Double backward (``create_graph=True``) of the fused attention as the model calls it: Marian's heads as strided
+    views of (batch, length, heads, head_dim) projections, a causal and padding mask with a fully masked row, dropout;
+    float64 gradgradcheck of both outputs w.r.t. the query, key, value and per-head α (its backward once ran the
+    kernel's own, which autograd cannot differentiate: second-order gradients were silently zero)."""
+    generator = torch.Generator().manual_seed(int(beta * 10) + 1)
+    projections = [
+        torch.randn(2, length, 3, 4, generator=generator, dtype=torch.float64).requires_grad_() for length in (3, 5, 5)
+    ]
+    alpha = (1 + beta + torch.tensor([0.0, 0.04, -0.03]).clamp(min=-beta, max=1 - beta)).double().view(1, 3, 1, 1)
+    alpha.requires_grad_(beta not in (0.0, 1.0))  # as in test_fused_attention_gradcheck
+    mask = padding_and_causal_mask(torch.float64, 2, 3, 5)
+
+    def attention(q, k, v, a):
+        heads = [projection.transpose(1, 2) for projection in (q, k, v)]  # (batch, heads, length, head_dim), strided
+        return cpu.native_entmax_attention(*heads, a, mask, dropout, torch.Generator().manual_seed(5))
+
+    assert attention(*projections, alpha)[0].grad_fn.name() == "NativeEntmaxAttentionFunctionBackward"
+    assert gradgradcheck(attention, (*projections, alpha))
+
+
+def test_fused_attention_on_nan_infinite_and_huge_scores():
+    """Queries whose scores hold a NaN, +inf or a huge spread: the fused attention's weights are the mapping's (a row
+    of NaN, the mass shared by the +inf keys, all of it on the maximum), the other queries' weights, outputs and
+    gradients to the query are exactly those without the special queries, and the gradients of finite rows are
+    finite."""
+    generator = torch.Generator().manual_seed(12)
+    key, value = (torch.randn(2, 4, 9, 8, generator=generator) for _ in range(2))
+    key[..., 0] = torch.tensor([1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0])  # no key gives ∞ · 0
+    query = torch.randn(2, 4, 6, 8, generator=generator)
+    special = query.clone()
+    special[:, :, 1] = 0.0
+    special[:, :, 1, 0] = float("inf")  # +inf at the keys with k₀ = 1, −inf at the others
+    special[:, :, 2, 3] = float("nan")
+    special[:, :, 3] *= 1e30  # scores ~1e30 apart
+    rows = torch.tensor([False, True, True, True, False, False])
+    alpha = torch.tensor([1.0, 1.3, 1.5, 2.0]).view(1, 4, 1, 1)
+    mask = padding_and_causal_mask(torch.float32, 2, 6, 9)
+    grad_output = torch.randn(2, 4, 6, 8, generator=generator)
+
+    results = []
+    for queries in (special, query):
+        leaves = [tensor.clone().requires_grad_() for tensor in (queries, key, value)]
+        output, weights = cpu.native_entmax_attention(*leaves, alpha, mask)
+        output.backward(grad_output)
+        results.append((output.detach(), weights.detach(), leaves[0].grad))
+    (output, weights, grad_query), (clean_output, clean_weights, clean_grad_query) = results
+
+    expected = EntmaxFunction.apply(special @ key.transpose(-1, -2) + mask, alpha, 3)  # the PyTorch implementation
+    assert weights[:, :, 2].isnan().all() and output[:, :, 2].isnan().all() and grad_query[:, :, 2].isnan().all()
+    # p = 1/k at ties, to a few roundings (see test_infinite_and_huge_maxima_are_ties_with_everything_else_masked).
+    torch.testing.assert_close(weights[:, :, [1, 3]], expected[:, :, [1, 3]], rtol=8 * torch.finfo().eps, atol=0)
+    assert grad_query[:, :, [1, 3]].isfinite().all()
+    for ours, clean in ((output, clean_output), (weights, clean_weights), (grad_query, clean_grad_query)):
+        assert torch.equal(ours[:, :, ~rows], clean[:, :, ~rows])
 
 
 @pytest.mark.parametrize(("queries", "dropout"), [(1, 0.0), (16, 0.0), (16, 0.3)])

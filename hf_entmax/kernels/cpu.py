@@ -105,19 +105,55 @@ def kernel_available() -> bool:
     return bool(_state["available"])
 
 
+def _differentiable_entmax_backward(
+    probs: torch.Tensor, alpha: torch.Tensor, grad_probs: torch.Tensor, alpha_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The kernel's backward (along the last dimension) as PyTorch operations that autograd records, for second-order
+    gradients: the kernel's own backward is not differentiable."""
+    from ..modeling.entmax import entmax_backward  # not at the top: that module imports this one
+
+    return entmax_backward(probs, alpha, grad_probs, probs.dim() - 1, needs_alpha=alpha_grad)
+
+
+def _kernel_scores(scores: torch.Tensor) -> torch.Tensor:
+    """The scores as the kernel takes them: float32/float64 as they are, half-precision ones in float32, with their own
+    mask value (their lowest, which is not float32's) marked as −inf."""
+    if scores.dtype in (torch.float32, torch.float64):
+        return scores
+    masked = scores <= torch.finfo(scores.dtype).min
+    return scores.to(torch.float32).masked_fill(masked, float("-inf"))
+
+
 class NativeEntmaxFunction(torch.autograd.Function):
-    """α-entmax along the last dimension of float32/float64 ``scores`` (..., size); α broadcasts to (..., 1)."""
+    """α-entmax along the last dimension of ``scores`` (..., size); α broadcasts to (..., 1). float32 and float64 are
+    computed as they are; bfloat16 and float16 in float32 (inside the function, so that the gradients of a row of NaN
+    are NaN at its masked entries too, as in every other mapping) and returned in their own dtype.
+
+    Second-order gradients (a backward with ``create_graph=True``) are computed by the PyTorch implementation's
+    backward formula, which autograd differentiates through the function's output."""
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        probs = torch.ops.hf_entmax.entmax_forward(scores, alpha)
-        ctx.save_for_backward(probs, alpha)
-        return probs
+        probs = torch.ops.hf_entmax.entmax_forward(_kernel_scores(scores), alpha)
+        output = probs.to(scores.dtype)
+        ctx.save_for_backward(probs, output, alpha)
+        return output
 
     @staticmethod
-    def backward(ctx, grad_probs: torch.Tensor):
-        probs, alpha = ctx.saved_tensors
-        return torch.ops.hf_entmax.entmax_backward(probs, grad_probs, alpha, ctx.needs_input_grad[1])
+    def backward(ctx, grad_output: torch.Tensor):
+        probs, output, alpha = ctx.saved_tensors
+        grad_probs = grad_output.to(probs.dtype)
+        if torch.is_grad_enabled():  # create_graph: a backward that autograd can differentiate
+            # The output, not the float32 copy of half-precision probabilities, is what autograd connects to the
+            # inputs.
+            grad_scores, grad_alpha = _differentiable_entmax_backward(
+                output.to(probs.dtype), alpha, grad_probs, ctx.needs_input_grad[1]
+            )
+        else:
+            grad_scores, grad_alpha = torch.ops.hf_entmax.entmax_backward(
+                probs, grad_probs, alpha, ctx.needs_input_grad[1]
+            )
+        return grad_scores.to(grad_output.dtype), grad_alpha
 
 
 def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -> torch.Tensor | None:
@@ -132,24 +168,17 @@ def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -
         return None
     # Decoding calls this once per layer and token on a few hundred short rows, so the Python side is kept to a few
     # tensor operations: the kernel broadcasts α and reshapes itself.
-    compute_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
     last = dim == scores.dim() - 1
     moved = scores if last else scores.movedim(dim, -1)
-    if moved.dtype != compute_dtype:
-        # The mask value of a half dtype is not the lowest float32: mark it as −inf before converting.
-        masked = moved <= torch.finfo(moved.dtype).min
-        moved = moved.to(compute_dtype).masked_fill(masked, float("-inf"))
     if not isinstance(alpha, torch.Tensor):
-        alpha = torch.tensor(alpha, dtype=compute_dtype)
+        alpha = torch.tensor(alpha, dtype=torch.float64 if scores.dtype == torch.float64 else torch.float32)
     elif not last:  # line α's dimensions up with the scores' before moving `dim` last
         alpha = alpha.reshape((1,) * (scores.dim() - alpha.dim()) + alpha.shape).movedim(dim, -1)
     if torch.is_grad_enabled() and (moved.requires_grad or alpha.requires_grad):
         probs = NativeEntmaxFunction.apply(moved, alpha)
     else:  # inference (generation): the autograd Function's bookkeeping is a fair share of a small call
-        probs = torch.ops.hf_entmax.entmax_forward(moved, alpha)
-    if not last:
-        probs = probs.movedim(-1, dim)
-    return probs if probs.dtype == scores.dtype else probs.to(scores.dtype)
+        probs = torch.ops.hf_entmax.entmax_forward(_kernel_scores(moved), alpha).to(scores.dtype)
+    return probs if last else probs.movedim(-1, dim)
 
 
 def draw_keep_mask(
@@ -199,26 +228,32 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
     weights only until the forward returns; the backward recomputes them for the values' gradient in the one buffer
     that then takes, in turn, the gradient to the weights, to the probabilities and to the scores. So a step
     allocates two attention-sized tensors without dropout and three (and a bool mask) with it, and keeps the
-    probabilities (and the mask) for the backward. The inputs are as in `native_entmax_attention`.
+    probabilities (and the mask) for the backward. The inputs are as in `native_entmax_attention`, which makes the
+    query, key and value contiguous.
+
+    Second-order gradients (a backward with ``create_graph=True``) recompute the attention from its inputs by
+    operations that autograd differentiates (`_differentiable_attention_backward`).
     """
 
     @staticmethod
     def forward(ctx, query, key, value, alpha, mask, dropout=0.0, generator=None):
-        # Marian's heads are strided views of its projections, which every batched product would copy again; each
-        # of these is used twice.
-        query, key, value = (tensor.contiguous() for tensor in (query, key, value))
         output, weights, probs, keep = _attention_forward(query, key, value, alpha, mask, dropout, generator)
-        ctx.save_for_backward(query, key, value, alpha, probs, keep)
+        ctx.save_for_backward(query, key, value, alpha, probs, keep, mask)
         ctx.keep_scale = _keep_scale(dropout)
         ctx.set_materialize_grads(False)  # unused weights (the usual case) should cost no tensor of zeros
         return output, weights
 
     @staticmethod
     def backward(ctx, grad_output, grad_weights):
-        query, key, value, alpha, probs, keep = ctx.saved_tensors
+        query, key, value, alpha, probs, keep, mask = ctx.saved_tensors
         grad_query = grad_key = grad_value = None
         if grad_output is None and grad_weights is None:
             return None, None, None, None, None, None, None
+        if torch.is_grad_enabled():  # create_graph: a backward that autograd can differentiate
+            grads = _differentiable_attention_backward(
+                (query, key, value, alpha), mask, keep, ctx.keep_scale, grad_output, grad_weights, ctx.needs_input_grad
+            )
+            return *grads, None, None, None
         grad_scores = None  # the buffer described above, once it exists
         if grad_output is not None:
             grad_output = grad_output.contiguous()
@@ -242,6 +277,34 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_key = torch.matmul(grad_scores.transpose(-1, -2), query)
         return grad_query, grad_key, grad_value, grad_alpha, None, None, None
+
+
+def _differentiable_attention_backward(
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    mask: torch.Tensor | None,
+    keep: torch.Tensor | None,
+    keep_scale: float,
+    grad_output: torch.Tensor | None,
+    grad_weights: torch.Tensor | None,
+    needs_input_grad: tuple[bool, ...],
+) -> tuple[torch.Tensor | None, ...]:
+    """The gradients of the fused attention to ``inputs`` (query, key, value, α), as operations autograd records: the
+    attention recomputed from the inputs (the kernel's probabilities through `NativeEntmaxFunction`, the same dropout
+    mask) and differentiated with ``create_graph=True``. The fused backward's saved probabilities are not part of the
+    graph, so differentiating it would miss their dependence on the inputs."""
+    query, key, value, alpha = inputs
+    scores = torch.matmul(query, key.transpose(-1, -2))
+    if mask is not None:
+        scores = scores + mask  # as the kernel adds it
+    probs = NativeEntmaxFunction.apply(scores, alpha)
+    weights = probs if keep is None else probs * keep * keep_scale
+    pairs = [(torch.matmul(weights, value), grad_output), (weights, grad_weights)]
+    outputs = [tensor for tensor, grad in pairs if grad is not None]
+    grads = [grad for _, grad in pairs if grad is not None]
+    needed = needs_input_grad[:4]
+    wanted = [tensor for tensor, need in zip(inputs, needed, strict=True) if need]
+    computed = iter(torch.autograd.grad(outputs, wanted, grads, create_graph=True, allow_unused=True))
+    return tuple(next(computed) if need else None for need in needed)
 
 
 def native_entmax_attention(
@@ -291,6 +354,10 @@ def native_entmax_attention(
     if not isinstance(alpha, torch.Tensor):
         alpha = torch.tensor(alpha, dtype=query.dtype)
     if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in (query, key, value, alpha)):
+        # Marian's heads are strided views of its projections, which every batched product would copy again; each of
+        # these is used twice. Made contiguous here, so that the tensors the function saves are its inputs, which
+        # second-order gradients differentiate through.
+        query, key, value = (tensor.contiguous() for tensor in (query, key, value))
         return NativeEntmaxAttentionFunction.apply(query, key, value, alpha, mask, dropout, generator)
     output, weights, _, _ = _attention_forward(query, key, value, alpha, mask, dropout, generator)  # no autograd
     return output, weights

@@ -15,6 +15,8 @@ the threshold τ = β c − 1 of the papers) keeps it accurate as α → 1 and m
 This file is copied to the Hub next to the model, so it needs nothing but torch.
 """
 
+import math
+
 import torch
 
 
@@ -49,23 +51,31 @@ def _shift_and_mask(scores: torch.Tensor, dim: int, floor: float) -> tuple[torch
 
     Entries equal to −inf or to the lowest finite value of ``scores.dtype`` (the additive mask
     value of Hugging Face models) are masked: they come back as ``floor`` and get probability 0.
+    A row whose maximum is +inf comes back with its +inf entries at 0 and every other entry at
+    ``floor``: they share its mass equally, as equal large finite scores do in the limit. A row
+    with a NaN comes back all NaN, which every mapping carries through to a row of NaN.
 
     Returns:
         ``(shifted, empty_rows)``: ``shifted`` has the shape of ``scores`` with values in
-        [floor, 0]; ``empty_rows`` (size 1 along ``dim``) marks rows whose entries are all masked.
+        [floor, 0] (or NaN); ``empty_rows`` (size 1 along ``dim``) marks rows whose entries are all masked.
     """
     masked = scores <= torch.finfo(scores.dtype).min
     z = scores.to(_compute_dtype(scores.dtype)).masked_fill(masked, float("-inf"))
-    row_max = z.amax(dim=dim, keepdim=True)
+    row_max = z.amax(dim=dim, keepdim=True)  # NaN in a row with a NaN
     empty_rows = row_max == float("-inf")
-    z = z - row_max.masked_fill(empty_rows, 0.0)
-    return z.clamp_min(floor), empty_rows
+    row_max = row_max.masked_fill(empty_rows, 0.0)
+    # The maxima are set to 0 rather than computed as z − max, which is NaN (∞ − ∞) at the +inf entries.
+    shifted = torch.where(z == row_max, 0.0, z - row_max)
+    return shifted.clamp_min(floor), empty_rows
 
 
 def _support_weights(probs: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """``g = p^(2 − α)`` on the support and 0 outside it: the diagonal of entmax's Jacobian."""
-    positive = probs > 0
-    return torch.where(positive, probs * torch.exp(-beta * torch.log(torch.where(positive, probs, 1.0))), 0.0)
+    """``g = p^(2 − α)`` on the support: the diagonal of entmax's Jacobian.
+
+    Outside the support g is p itself: 0, or NaN in a row of NaN, whose gradients then stay NaN.
+    """
+    support = probs > 0
+    return torch.where(support, probs * torch.exp(-beta * torch.log(torch.where(support, probs, 1.0))), probs)
 
 
 def _scores_backward(grad_probs: torch.Tensor, weights: torch.Tensor, dim: int) -> torch.Tensor:
@@ -121,6 +131,18 @@ def _entmax_newton(shifted: torch.Tensor, beta: torch.Tensor, empty_rows: torch.
     return probs / mass.clamp_min(torch.finfo(mass.dtype).tiny)
 
 
+def _expm1_ratio(y: torch.Tensor) -> torch.Tensor:
+    """``(e^y − 1) / y``, by its series ``Σ_k y^k / (k + 1)!`` near 0, so that it and its derivatives are right
+    at y = 0 too (second-order gradients differentiate it)."""
+    small = y.abs() < _SERIES_THRESHOLD
+    series = torch.zeros_like(y)
+    factorial = math.factorial(_SERIES_TERMS + 1)
+    for k in range(_SERIES_TERMS, -1, -1):  # Horner
+        series = series * y + 1.0 / factorial
+        factorial //= k + 1
+    return torch.where(small, series, torch.expm1(y) / torch.where(small, 1.0, y))
+
+
 def _alpha_sensitivity(log_probs: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     """``∂ log p_i / ∂β`` at a fixed normaliser, on the support.
 
@@ -133,7 +155,7 @@ def _alpha_sensitivity(log_probs: torch.Tensor, beta: torch.Tensor) -> torch.Ten
     base_minus_one = torch.expm1(beta * log_probs)
     base = torch.exp(beta * log_probs)
     safe_beta = torch.where(beta == 0, 1.0, beta)
-    shifted = torch.where(beta == 0, log_probs, base_minus_one / safe_beta)  # w
+    shifted = log_probs * _expm1_ratio(beta * log_probs)  # w = (p^β − 1) / β, smooth through β = 0
     closed_form = (shifted / base - log_probs) / safe_beta
     series = torch.zeros_like(base_minus_one)
     for k in range(_SERIES_TERMS, 0, -1):  # Horner
@@ -142,45 +164,72 @@ def _alpha_sensitivity(log_probs: torch.Tensor, beta: torch.Tensor) -> torch.Ten
     return torch.where(base_minus_one.abs() < _SERIES_THRESHOLD, series, closed_form)
 
 
+def entmax_backward(
+    probs: torch.Tensor, alpha: torch.Tensor, grad_probs: torch.Tensor, dim: int, needs_alpha: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Vector–Jacobian products of α-entmax at its probabilities: the gradients w.r.t. the scores and α.
+
+    Made of differentiable operations, smooth on the support (and through α = 1), so that autograd can differentiate
+    it for second-order gradients when ``probs`` is the output it knows. The native kernel's autograd function uses it
+    for those too.
+
+    Args:
+        probs: The probabilities, in their compute dtype, any shape.
+        alpha: α, broadcasting to ``probs`` with size 1 along ``dim``.
+        grad_probs: The gradient w.r.t. ``probs``, same shape and dtype.
+        dim: The dimension that sums to one.
+        needs_alpha: Whether to compute the gradient w.r.t. α.
+
+    Returns:
+        ``(grad_scores, grad_alpha)``: ``grad_scores`` like ``probs``; ``grad_alpha`` summed to α's shape, in its
+        dtype (``None`` unless ``needs_alpha``). Rows of NaN give NaN.
+    """
+    beta = alpha.to(probs.dtype) - 1
+    weights = _support_weights(probs, beta)
+    grad_scores = _scores_backward(grad_probs, weights, dim)
+    if not needs_alpha:
+        return grad_scores, None
+    # dp/dβ = p ⊙ D − g · (Σ p ⊙ D) / Σ g, with D = ∂ log p / ∂β at a fixed normaliser
+    # (the second term is the normaliser's response, which keeps Σ p = 1).
+    on_support = probs > 0
+    log_probs = torch.log(torch.where(on_support, probs, 1.0))
+    probs_sensitivity = torch.where(on_support, probs * _alpha_sensitivity(log_probs, beta), 0.0)
+    weights_sum = weights.sum(dim=dim, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+    grad_beta = (grad_probs * probs_sensitivity).sum(dim=dim, keepdim=True) - (
+        (grad_probs * weights).sum(dim=dim, keepdim=True) * probs_sensitivity.sum(dim=dim, keepdim=True) / weights_sum
+    )
+    return grad_scores, grad_beta.sum_to_size(alpha.shape).to(alpha.dtype)
+
+
+def _probs_for_backward(probs: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """The probabilities a backward works from: those saved in the compute dtype; for second-order gradients (a
+    backward that autograd records) the output itself, which autograd connects to the inputs, unlike a float32 copy of
+    half-precision probabilities."""
+    return output.to(probs.dtype) if torch.is_grad_enabled() else probs
+
+
 class EntmaxFunction(torch.autograd.Function):
-    """α-entmax with a (broadcastable) tensor α; gradients w.r.t. scores and α in closed form."""
+    """α-entmax with a (broadcastable) tensor α; gradients w.r.t. scores and α in closed form, themselves
+    differentiable (second-order gradients)."""
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, alpha: torch.Tensor, dim: int) -> torch.Tensor:
         shifted, empty_rows = _shift_and_mask(scores, dim, _FLOOR)
         beta = alpha.to(shifted.dtype) - 1
         probs = _entmax_newton(shifted, beta, empty_rows, dim)
+        output = probs.to(scores.dtype)
         ctx.dim = dim
-        ctx.save_for_backward(probs, alpha)
-        return probs.to(scores.dtype)
+        ctx.save_for_backward(probs, output, alpha)
+        return output
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
-        probs, alpha = ctx.saved_tensors
-        dim = ctx.dim
-        beta = alpha.to(probs.dtype) - 1
-        grad_probs = grad_output.to(probs.dtype)
-        weights = _support_weights(probs, beta)
-
-        grad_scores = None
-        if ctx.needs_input_grad[0]:
-            grad_scores = _scores_backward(grad_probs, weights, dim).to(grad_output.dtype)
-
-        grad_alpha = None
-        if ctx.needs_input_grad[1]:
-            # dp/dβ = p ⊙ D − g · (Σ p ⊙ D) / Σ g, with D = ∂ log p / ∂β at a fixed normaliser
-            # (the second term is the normaliser's response, which keeps Σ p = 1).
-            on_support = probs > 0
-            log_probs = torch.log(torch.where(on_support, probs, 1.0))
-            probs_sensitivity = torch.where(on_support, probs * _alpha_sensitivity(log_probs, beta), 0.0)
-            weights_sum = weights.sum(dim=dim, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
-            grad_beta = (grad_probs * probs_sensitivity).sum(dim=dim, keepdim=True) - (
-                (grad_probs * weights).sum(dim=dim, keepdim=True)
-                * probs_sensitivity.sum(dim=dim, keepdim=True)
-                / weights_sum
-            )
-            grad_alpha = grad_beta.sum_to_size(alpha.shape).to(alpha.dtype)
-        return grad_scores, grad_alpha, None
+        probs, output, alpha = ctx.saved_tensors
+        probs = _probs_for_backward(probs, output)
+        grad_scores, grad_alpha = entmax_backward(
+            probs, alpha, grad_output.to(probs.dtype), ctx.dim, needs_alpha=ctx.needs_input_grad[1]
+        )
+        return grad_scores.to(grad_output.dtype), grad_alpha, None
 
 
 class SparsemaxFunction(torch.autograd.Function):
@@ -193,17 +242,19 @@ class SparsemaxFunction(torch.autograd.Function):
         sorted_scores = shifted.sort(dim=dim, descending=True).values
         cumulative = sorted_scores.cumsum(dim=dim)
         ranks = _ranks_along(shifted, dim)
-        support_size = (1 + ranks * sorted_scores > cumulative).sum(dim=dim, keepdim=True)
+        # Every row but a row of NaN has the largest entry in its support; that row takes any size (its τ is NaN).
+        support_size = (1 + ranks * sorted_scores > cumulative).sum(dim=dim, keepdim=True).clamp_min(1)
         threshold = (cumulative.gather(dim, support_size - 1) - 1) / support_size
         probs = (shifted - threshold).clamp_min(0).masked_fill(empty_rows, 0.0)
+        output = probs.to(scores.dtype)
         ctx.dim = dim
-        ctx.save_for_backward(probs)
-        return probs.to(scores.dtype)
+        ctx.save_for_backward(probs, output)
+        return output
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
-        (probs,) = ctx.saved_tensors
-        weights = (probs > 0).to(probs.dtype)
+        probs = _probs_for_backward(*ctx.saved_tensors)
+        weights = torch.where(probs > 0, 1.0, probs)  # 1 on the support; p (0, or NaN in a row of NaN) outside
         grad_scores = _scores_backward(grad_output.to(probs.dtype), weights, ctx.dim)
         return grad_scores.to(grad_output.dtype), None
 
@@ -223,17 +274,22 @@ class Entmax15Function(torch.autograd.Function):
         mean_of_squares = (sorted_halves * sorted_halves).cumsum(dim=dim) / ranks
         squared_deviation = ranks * (mean_of_squares - mean * mean)
         candidates = mean - torch.sqrt(((1 - squared_deviation) / ranks).clamp_min(0))
-        support_size = (candidates <= sorted_halves).sum(dim=dim, keepdim=True)
+        # Every row but a row of NaN has the largest entry in its support; that row takes any size (its τ is NaN).
+        support_size = (candidates <= sorted_halves).sum(dim=dim, keepdim=True).clamp_min(1)
         threshold = candidates.gather(dim, support_size - 1)
         probs = (halves - threshold).clamp_min(0).square().masked_fill(empty_rows, 0.0)
+        output = probs.to(scores.dtype)
         ctx.dim = dim
-        ctx.save_for_backward(probs)
-        return probs.to(scores.dtype)
+        ctx.save_for_backward(probs, output)
+        return output
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
-        (probs,) = ctx.saved_tensors
-        grad_scores = _scores_backward(grad_output.to(probs.dtype), probs.sqrt(), ctx.dim)
+        probs = _probs_for_backward(*ctx.saved_tensors)
+        # g = √p on the support; p (0, or NaN in a row of NaN) outside, where √'s derivative would be infinite.
+        support = probs > 0
+        weights = torch.where(support, torch.sqrt(torch.where(support, probs, 1.0)), probs)
+        grad_scores = _scores_backward(grad_output.to(probs.dtype), weights, ctx.dim)
         return grad_scores.to(grad_output.dtype), None
 
 
@@ -244,10 +300,24 @@ def _ranks_along(like: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.arange(1, like.shape[dim] + 1, dtype=like.dtype, device=like.device).view(shape)
 
 
-def _softmax(scores: torch.Tensor, dim: int) -> torch.Tensor:
-    """Softmax in float32 with the same masking rules as entmax (all-masked rows give zeros)."""
-    shifted, empty_rows = _shift_and_mask(scores, dim, _FLOOR)
-    return torch.softmax(shifted, dim=dim).masked_fill(empty_rows, 0.0).to(scores.dtype)
+class SoftmaxFunction(torch.autograd.Function):
+    """Softmax (α = 1) in float32 with the rules of entmax for masks, +inf and NaN (all-masked rows give zeros, a row
+    with a NaN and its gradients are all NaN, masked entries included, as every other mapping's)."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, dim: int) -> torch.Tensor:
+        shifted, empty_rows = _shift_and_mask(scores, dim, _FLOOR)
+        probs = torch.softmax(shifted, dim=dim).masked_fill(empty_rows, 0.0)
+        output = probs.to(scores.dtype)
+        ctx.dim = dim
+        ctx.save_for_backward(probs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        probs = _probs_for_backward(*ctx.saved_tensors)
+        grad_scores = _scores_backward(grad_output.to(probs.dtype), probs, ctx.dim)  # g = p
+        return grad_scores.to(grad_output.dtype), None
 
 
 def _check_alpha(alpha: torch.Tensor | float, scores: torch.Tensor, dim: int) -> None:
@@ -273,12 +343,16 @@ def entmax(
 
     Solves ``argmax_{p ∈ simplex} pᵀz + H_α(p)`` (Tsallis entropy ``H_α``): α = 1 is softmax,
     α = 1.5 the paper's 1.5-entmax, α = 2 sparsemax; for α > 1 low scores get exact zeros.
+    Gradients flow to the scores and a tensor α, and are themselves differentiable
+    (``create_graph=True`` gives exact second-order gradients).
 
     Args:
         scores: Tensor of any shape, e.g. attention scores ``(batch, heads, queries, keys)``.
             Entries equal to −inf or to ``torch.finfo(scores.dtype).min`` are masked and get
-            probability 0; a row with every entry masked gives all zeros. bfloat16/float16 scores
-            are computed in float32 and returned in their own dtype.
+            probability 0; a row with every entry masked gives all zeros. +inf entries share their
+            row's mass equally (the limit of equal large scores), as do the maxima of a row whose
+            other entries are far below them; a NaN makes its whole row NaN, gradients included, as
+            in softmax. bfloat16/float16 scores are computed in float32 and returned in their own dtype.
         alpha: A float, or a tensor that broadcasts to ``scores`` and has size 1 along ``dim``
             (e.g. ``(1, heads, 1, 1)`` for one α per head). Gradients flow to a tensor α.
         dim: The dimension that sums to one.
@@ -292,7 +366,7 @@ def entmax(
     if check_alpha:
         _check_alpha(alpha, scores, dim)
     if not isinstance(alpha, torch.Tensor) and alpha == 1.0:
-        return _softmax(scores, dim)
+        return SoftmaxFunction.apply(scores, dim)
     if native_entmax is not None and (probs := native_entmax(scores, alpha, dim)) is not None:
         return probs
     if not isinstance(alpha, torch.Tensor):

@@ -26,6 +26,10 @@
 // Rows with β = 0, 1/2 and 1 (softmax, 1.5-entmax, sparsemax) take specialised loops: the last two need no
 // transcendental function at all. float32 uses the vectorisable exp/log below; float64 uses libm everywhere (its
 // rough functions are exact), so that float64 gradcheck tests this very code.
+//
+// Rows with a NaN (all NaN), +inf entries (which share the mass) or a spread so large that max − 1/β rounds to max (the
+// maxima share it) are told apart at the start of each row and never reach the iteration (see "Rows the iteration does
+// not solve"); the backward carries a row of NaN to NaN gradients.
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -174,6 +178,9 @@ struct Math;
 
 template <>
 struct Math<float> {
+  // Below this, exp is under float's smallest normal number, where fast_exp stops (see exp_reduce): softmax writes 0
+  // there, as flushing the denormal result would, so that a row of huge spread puts all its mass on its maximum.
+  static constexpr float kExpFloor = -87.0f;
   static HF_ENTMAX_INLINE float exp(float x) { return fast_exp(x); }
   static HF_ENTMAX_INLINE float log(float x) { return fast_log(x); }
   static HF_ENTMAX_INLINE float rough_exp(float x) { return ::rough_exp(x); }
@@ -183,6 +190,7 @@ struct Math<float> {
 // float64 serves gradcheck, so it is exact throughout: its rough functions are the exact ones.
 template <>
 struct Math<double> {
+  static constexpr double kExpFloor = -std::numeric_limits<double>::infinity();  // std::exp underflows to 0 itself
   static HF_ENTMAX_INLINE double exp(double x) { return std::exp(x); }
   static HF_ENTMAX_INLINE double log(double x) { return std::log(x); }
   static HF_ENTMAX_INLINE double rough_exp(double x) { return std::exp(x); }
@@ -296,14 +304,17 @@ struct Evaluation {
   int64_t outside = 0;  // candidates already out of the support
 };
 
-// shift = high + low, each a T, to within ~ε² |shift|: the passes subtract both from a score, so that t = z − shift keeps
-// its digits however large the scores are. `high` is the shift with the mantissa bits that a float lacks cleared (exact
-// in float), not the shift rounded to float: where it vectorises (solve_lanes splits eight shifts at once) with
-// -fno-trapping-math, GCC 12 folds the round trip double → float → double to the identity, which made low = 0 and
-// cost t an error of up to ε |z| (AVX-512 builds, rows of large scores).
+// The shift row max + c (c: the normaliser) as high + low, each a T, to within ~ε² |shift|: the passes subtract both
+// from a score, so that t = z − shift keeps its digits however large the scores are. For float, `high` is the shift,
+// summed in double, with the mantissa bits that a float lacks cleared (exact in float), not the shift rounded to float:
+// where it vectorises (solve_lanes splits eight shifts at once) with -fno-trapping-math, GCC 12 folds the round trip
+// double → float → double to the identity, which made low = 0 and cost t an error of up to ε |z| (AVX-512 builds, rows
+// of large scores). For double, high is the row max and low is c: their sum would round c (rows of scores near 1e15
+// lost all its digits), while z − row max is exact for every candidate (within a factor of 2 of it, or small).
 template <typename T>
-HF_ENTMAX_INLINE void split_shift(double shift, T& high, T& low) {
+HF_ENTMAX_INLINE void split_shift(T row_max, double normaliser, T& high, T& low) {
   if constexpr (std::is_same_v<T, float>) {
+    const double shift = static_cast<double>(row_max) + normaliser;
     uint64_t bits;
     std::memcpy(&bits, &shift, sizeof(bits));
     bits &= ~((uint64_t{1} << 29) - 1);  // a double has 52 mantissa bits, a float 23
@@ -312,9 +323,18 @@ HF_ENTMAX_INLINE void split_shift(double shift, T& high, T& low) {
     high = static_cast<float>(truncated);
     low = static_cast<float>(shift - truncated);
   } else {
-    high = static_cast<T>(shift);
-    low = T(0);
+    high = row_max;
+    low = static_cast<T>(normaliser);
   }
+}
+
+// A threshold x for the candidates of the support (the entries above it), lowered by at least one spacing (x minus
+// 2ε|x| is 2 to 4 spacings below x before it rounds; −inf stays): x has been rounded, and one that rounded up left
+// entries of the support out (rows of scores near 1e7 summed to 0). An entry kept in vain has base ≤ 0 in the passes,
+// which leave it out.
+template <typename T>
+HF_ENTMAX_INLINE T lowered_threshold(T x) {
+  return x - std::abs(x) * (2 * std::numeric_limits<T>::epsilon());
 }
 
 // g = p / base = base^(1/β − 1), the slope of an entry in the support (minus the derivative of p w.r.t. c), from
@@ -340,15 +360,15 @@ HF_ENTMAX_INLINE T pass_exp(T x) {
 
 // p = [1 + β (z − shift)]_+^(1/β) of `count` scores, into `probs` (and 1/base into `inverse_bases`), and their moments.
 //
-// shift = row max + c is passed as a double and split into two T, and 1 + β t is formed by one fused multiply-add:
+// shift = row max + c is split into two T (see split_shift), and 1 + β t is formed by one fused multiply-add:
 // at the edge of the support the base is the small difference of two numbers near 1, and rounding t or 1 + β t
 // there would cost p (and so g, which the backward recomputes from p) all its digits.
 template <typename T, RowKind Kind, Pass P>
-HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* inverse_bases, int64_t count, T beta,
-                                     double shift) {
+HF_ENTMAX_INLINE Evaluation evaluate(const T* scores, T* probs, T* inverse_bases, int64_t count, T beta, T row_max,
+                                     double normaliser) {
   constexpr int kMoments = Kind != RowKind::kNearSoftmax ? 2 : P == Pass::kRough ? 3 : 5;
   T shift_high, shift_low;
-  split_shift(shift, shift_high, shift_low);
+  split_shift(row_max, normaliser, shift_high, shift_low);
   const T slope_exponent = T(1) / beta - T(1);
   Evaluation evaluation;
   // Sums over blocks of kSumBlock entries stay in T, which keeps the loop in one vector width (double sums would
@@ -476,6 +496,30 @@ double taylor_finish(T* probs, const T* inverse_bases, int64_t count, double bet
   return mass;
 }
 
+// ---- Rows the iteration does not solve ----
+//
+// Decided once per row, from its maximum and a checksum taken in the same pass: a row with a NaN is all NaN (as softmax
+// gives), a row with every entry masked is all zeros, and where the maximum is +inf, or so large that max − 1/β rounds
+// to it, the support is the set of entries equal to the maximum, which share the mass equally. That is the limit of
+// equal, large finite scores, and every other entry is out of the support, at least 1/β below them: a float below the
+// maximum is at least one spacing below it, and once max − 1/β rounds to max, a spacing is at least 2/β. (There, the
+// normaliser c is below the spacing of the scores: the iteration could not move max + c, and once found no candidate
+// above max − 1/β, which made such rows all zeros.) Softmax rows go by the maximum alone.
+
+template <typename T>
+void fill_nan(T* out, int64_t size) {
+  std::fill(out, out + size, std::numeric_limits<T>::quiet_NaN());
+}
+
+// p_i = 1/k for the k entries equal to row_max, 0 elsewhere. `scores` may be `out`.
+template <typename T>
+void share_among_maxima(const T* scores, T* out, int64_t size, T row_max) {
+  int64_t ties = 0;
+  for (int64_t i = 0; i < size; ++i) ties += scores[i] == row_max ? 1 : 0;
+  const T share = T(1) / static_cast<T>(ties);
+  for (int64_t i = 0; i < size; ++i) out[i] = scores[i] == row_max ? share : T(0);
+}
+
 // One row: p = entmax(scores + mask) into `out`, which may be `scores` itself. `mask` (additive) may be null. A row of
 // a general kind with at most kShortRow candidates is handed to defer(candidates, columns, count) instead, to be
 // solved in SIMD lanes with others like it (see solve_lanes), which then writes `out`.
@@ -494,18 +538,38 @@ void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Ca
     }
     scores = row;
   }
-#pragma omp simd reduction(max : row_max)
-  for (int64_t i = 0; i < size; ++i) row_max = scores[i] > row_max ? scores[i] : row_max;
-  if (row_max <= lowest) {  // every entry masked: all zeros
-    std::fill(out, out + size, T(0));
-    return;
+  // The sum of the scores is NaN if one is (or if +inf and −inf meet): a cheaper test than looking for NaN in this loop,
+  // which costs short rows a few percent. Softmax needs neither where the maximum is finite, since its exp carries a
+  // NaN to every entry.
+  T checksum = 0;
+#pragma omp simd reduction(max : row_max) reduction(+ : checksum)
+  for (int64_t i = 0; i < size; ++i) {
+    row_max = scores[i] > row_max ? scores[i] : row_max;
+    if constexpr (Kind != RowKind::kSoftmax) checksum += scores[i];
+  }
+  if (!(checksum == checksum && lowest < row_max && row_max < std::numeric_limits<T>::infinity())) {
+    // Rare rows (see "Rows the iteration does not solve"), and rows whose sum overflowed, which go on below.
+    if (std::any_of(scores, scores + size, [](T score) { return score != score; })) {
+      fill_nan(out, size);
+      return;
+    }
+    if (row_max <= lowest) {  // every entry masked: all zeros
+      std::fill(out, out + size, T(0));
+      return;
+    }
+    if (row_max == std::numeric_limits<T>::infinity()) {
+      share_among_maxima(scores, out, size, row_max);
+      return;
+    }
   }
 
   if constexpr (Kind == RowKind::kSoftmax) {
     double mass = 0.0;
 #pragma omp simd reduction(+ : mass)
     for (int64_t i = 0; i < size; ++i) {
-      const T p = scores[i] > lowest ? Math<T>::exp(scores[i] - row_max) : T(0);
+      const T shifted = scores[i] - row_max;
+      // Masked entries are below the floor; NaN is not, and its exp, NaN, makes the row's mass NaN, and so every p.
+      const T p = shifted < Math<T>::kExpFloor ? T(0) : Math<T>::exp(shifted);
       out[i] = p;
       mass += p;
     }
@@ -517,7 +581,12 @@ void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Ca
   // At c = 0 the support is {z > max z − 1/β}; masked entries are never candidates. A dense row is iterated on
   // in place, writing p straight into `out`; a sparse row's candidates are gathered (and later pruned) into
   // `scratch`, padded with masked entries.
-  const T first_threshold = std::max(row_max - T(1) / beta, lowest);
+  const T support_bound = row_max - T(1) / beta;
+  if (support_bound == row_max) {  // the support is the maxima (see "Rows the iteration does not solve")
+    share_among_maxima(scores, out, size, row_max);
+    return;
+  }
+  const T first_threshold = std::max(lowered_threshold(support_bound), lowest);
   int64_t count = 0;
 #pragma omp simd reduction(+ : count)
   for (int64_t i = 0; i < size; ++i) count += scores[i] > first_threshold ? 1 : 0;
@@ -554,7 +623,7 @@ void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Ca
 
   const double tolerance = 2 * std::numeric_limits<T>::epsilon();
   const double beta_d = beta;
-  double shift = row_max;  // row max + c, with c = 0
+  double normaliser = 0.0;  // c
   // Far from the root (Σ p off by more than 10%, and in near-softmax rows with α ≤ 1.25 only the first pass), only the
   // size of the step matters: general rows evaluate p there with rough exp/log, twice as cheap. A rough step can
   // overshoot the root; the exact Newton step after it comes back below (the tangent of the convex h stays below h),
@@ -567,8 +636,10 @@ void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Ca
   for (int iteration = 0; iteration < 50; ++iteration) {
     T* inverse_bases = scratch.inverse_bases.data();
     const Evaluation evaluation =
-        rough ? evaluate<T, Kind, Pass::kRough>(candidate_scores, probs, inverse_bases, padded_count, beta, shift)
-              : evaluate<T, Kind, Pass::kExact>(candidate_scores, probs, inverse_bases, padded_count, beta, shift);
+        rough ? evaluate<T, Kind, Pass::kRough>(candidate_scores, probs, inverse_bases, padded_count, beta, row_max,
+                                                normaliser)
+              : evaluate<T, Kind, Pass::kExact>(candidate_scores, probs, inverse_bases, padded_count, beta, row_max,
+                                                normaliser);
     mass = evaluation.moments[0];
     const double slope = evaluation.moments[1];
     if (!rough && std::abs(mass - 1.0) <= tolerance) break;
@@ -592,15 +663,15 @@ void entmax_row(const T* scores, const T* mask, T* out, int64_t size, T beta, Ca
         const double halley_correction =
             std::min(step * (1 - beta_d) * (mass * evaluation.moments[2] - slope * slope) / (2 * mass * slope), 0.5);
         if (largest_root < 0) largest_root = (1.0 - rough_power<T>(static_cast<double>(count), -beta_d)) / beta_d;
-        step = std::min(step / (1 - halley_correction), largest_root - (shift - row_max));
+        step = std::min(step / (1 - halley_correction), largest_root - normaliser);
       }
     }
-    shift += step;
+    normaliser += step;
     below_root = !rough;
     // After an exact step c ≤ c*, so an entry outside the support at c is outside it at the root. Dropping the few
     // that are is not worth a pass over the candidates; dropping a quarter is.
     if (below_root && 4 * (evaluation.outside - (padded_count - count)) > count) {
-      gather(count, static_cast<T>(shift - 1.0 / beta_d));
+      gather(count, lowered_threshold(static_cast<T>(row_max + (normaliser - 1.0 / beta_d))));
     }
     rough = rough && !one_rough_pass && std::abs(mass - 1.0) > 0.1;
   }
@@ -696,30 +767,39 @@ void solve_lanes(LaneBatch<T>& batch) {
   const int64_t size = batch.width;
   alignas(64) T lane_scores[kShortRow][kLanes], lane_probs[kShortRow][kLanes];
   T beta[kLanes], slope_exponent[kLanes], shift_high[kLanes], shift_low[kLanes], slope[kLanes];
-  double shift[kLanes], mass[kLanes];
-  bool empty[kLanes];
+  double normaliser[kLanes], mass[kLanes];
+  bool empty[kLanes], has_nan[kLanes], unsolved[kLanes];
+  T row_maxima[kLanes], lane_max[kLanes];  // each row's maximum; that of the row a lane solves
   // Flags, as int32 because GCC does not vectorise over bool arrays.
   int32_t done[kLanes], below_root[kLanes], rough[kLanes], active[kLanes];
   const T lowest = std::numeric_limits<T>::lowest();
   for (int lane = 0; lane < kLanes; ++lane) {
-    // Lanes past the last row, and rows with every entry masked, solve a dummy row (and are not written from it).
-    // Candidates past a row's own count are masked.
+    // Lanes past the last row, rows with every entry masked and rows the iteration does not solve (see entmax_row; only
+    // whole rows can be such, since entmax_row has dealt with the rows it gathers) solve a dummy row (and are not
+    // written from it). Candidates past a row's own count are masked.
     const bool real = lane < batch.waiting;
-    T row_max = -std::numeric_limits<T>::infinity();
+    T row_max = -std::numeric_limits<T>::infinity(), checksum = 0;  // NaN if a score is (see entmax_row)
     for (int64_t j = 0; j < size; ++j) {
       const T score = !real ? T(0) : j < batch.count[lane] ? batch.scores[lane][j] : lowest;
       lane_scores[j][lane] = score;
       row_max = std::max(row_max, score);
+      checksum += score;
     }
-    empty[lane] = row_max <= lowest;
-    if (empty[lane]) {
+    beta[lane] = real ? batch.beta[lane] : T(0.25);
+    const T inverse_beta = T(1) / beta[lane];
+    row_maxima[lane] = row_max;
+    has_nan[lane] = checksum != checksum && std::any_of(batch.scores[lane], batch.scores[lane] + batch.count[lane],
+                                                        [](T score) { return score != score; });
+    empty[lane] = !has_nan[lane] && row_max <= lowest;
+    unsolved[lane] = has_nan[lane] || (!empty[lane] && row_max - inverse_beta == row_max);  // +inf included
+    if (empty[lane] || unsolved[lane]) {
       for (int64_t j = 0; j < size; ++j) lane_scores[j][lane] = T(0);
       row_max = 0;
     }
-    beta[lane] = real ? batch.beta[lane] : T(0.25);
-    slope_exponent[lane] = T(1) / beta[lane] - T(1);
-    shift[lane] = row_max;  // c = 0
-    done[lane] = !real || empty[lane];
+    slope_exponent[lane] = inverse_beta - T(1);
+    lane_max[lane] = row_max;
+    normaliser[lane] = 0.0;
+    done[lane] = !real || empty[lane] || unsolved[lane];
     below_root[lane] = true;
     rough[lane] = true;  // far from the root, passes take rough exp/log (see entmax_row)
   }
@@ -735,7 +815,7 @@ void solve_lanes(LaneBatch<T>& batch) {
     if (all_done) break;
     for (int lane = 0; lane < kLanes; ++lane) active[lane] = !done[lane] && rough[lane] == any_rough;
     for (int lane = 0; lane < kLanes; ++lane) {
-      split_shift(shift[lane], shift_high[lane], shift_low[lane]);
+      split_shift(lane_max[lane], normaliser[lane], shift_high[lane], shift_low[lane]);
       mass[lane] = 0.0;
       slope[lane] = T(0);
     }
@@ -780,13 +860,21 @@ void solve_lanes(LaneBatch<T>& batch) {
       const bool converged =
           !pass_is_rough & ((std::abs(mass[lane] - 1.0) <= tolerance) | (below_root[lane] & !(step > 0)));
       done[lane] = done[lane] | (active[lane] & converged);
-      shift[lane] += active[lane] & !converged ? step : 0.0;
+      normaliser[lane] += active[lane] & !converged ? step : 0.0;
       below_root[lane] = active[lane] ? !pass_is_rough : below_root[lane];
       rough[lane] = active[lane] ? pass_is_rough & (std::abs(mass[lane] - 1.0) > 0.1) : rough[lane];
     }
   }
   for (int lane = 0; lane < batch.waiting; ++lane) {
     T* row_out = batch.out[lane];
+    if (unsolved[lane]) {  // a whole row (see above)
+      if (has_nan[lane]) {
+        fill_nan(row_out, batch.out_size[lane]);
+      } else {
+        share_among_maxima(batch.scores[lane], row_out, batch.count[lane], row_maxima[lane]);
+      }
+      continue;
+    }
     // An empty lane may have run no pass at all (if every lane is empty): nothing in lane_probs to scale.
     const T inverse_mass = empty[lane] ? T(0) : static_cast<T>(1.0 / mass[lane]);
     if (batch.whole_row[lane] && !empty[lane]) {
@@ -887,7 +975,8 @@ struct BackwardSums {
 };
 
 // g = p^(1 − β) of `count` entries into `weights`, and the sums the gradients need. D = ∂ log p / ∂β at a fixed
-// normaliser (for AlphaGrad). Entries with p = 0 contribute nothing.
+// normaliser (for AlphaGrad). Entries with p = 0 contribute nothing; outside the support g is p itself, 0 there, and NaN
+// in a row of NaN, whose gradients then stay NaN.
 template <typename T, RowKind Kind, bool AlphaGrad>
 HF_ENTMAX_INLINE BackwardSums backward_sums(const T* probs, const T* grad, T* weights, int64_t count, T beta) {
   BackwardSums sums;
@@ -907,7 +996,7 @@ HF_ENTMAX_INLINE BackwardSums backward_sums(const T* probs, const T* grad, T* we
       const bool inside = p > T(0);
       T g, probs_sensitivity = T(0);
       if constexpr (Kind == RowKind::kSparsemax && !AlphaGrad) {
-        g = inside ? T(1) : T(0);
+        g = inside ? T(1) : p;
       } else if constexpr (Kind == RowKind::kEntmax15 && !AlphaGrad) {
         g = std::sqrt(p);
       } else if constexpr (Kind == RowKind::kSoftmax) {
@@ -920,7 +1009,7 @@ HF_ENTMAX_INLINE BackwardSums backward_sums(const T* probs, const T* grad, T* we
         // g = p^(1 − β) straight from log p: rounding the argument costs a relative (1 − β)|log p| ε, so g is accurate
         // to ε/e absolutely for every p (p / p^β would not be for a tiny p, whose p^β is then inexact).
         const T log_p = log_probs[i - start];
-        g = inside ? Math<T>::exp((T(1) - beta) * log_p) : T(0);
+        g = inside ? Math<T>::exp((T(1) - beta) * log_p) : p;
         if constexpr (AlphaGrad) {
           // With L = log p and v = −βL ≥ 0, D = −L² ψ(v); and as p e^v = p^(1 − β) = g, p D = (p (1 + v) − g) / β²,
           // which cancels only for small v, where ψ's series takes over. p = 0 gives 0 either way (L = v = 0).
@@ -957,13 +1046,14 @@ struct Support {
 template <typename T, RowKind Kind, bool AlphaGrad>
 T entmax_backward_row(const T* probs, const T* grad, T* grad_scores, int64_t size, T beta, Support<T>& support) {
   // Count the support (one vectorised pass) and gather it if the row is sparse, which then costs little more than
-  // the count. Where each entry is cheap anyway (no transcendental function), the count is not worth it.
+  // the count. Where each entry is cheap anyway (no transcendental function), the count is not worth it. NaN entries
+  // (a row of NaN) count, so that such a row is dense and its NaN reach the gradients.
   constexpr bool kAlwaysDense = Kind == RowKind::kSoftmax || (!is_general(Kind) && !AlphaGrad);
   int64_t count = size;
   if constexpr (!kAlwaysDense) {
     count = 0;
 #pragma omp simd reduction(+ : count)
-    for (int64_t i = 0; i < size; ++i) count += probs[i] > T(0) ? 1 : 0;
+    for (int64_t i = 0; i < size; ++i) count += probs[i] != T(0) ? 1 : 0;
   }
   const bool dense = 2 * count > size;  // then the whole row, in place, is cheaper than gather and scatter
   BackwardSums sums;
