@@ -602,12 +602,53 @@ def test_out_of_range_dim_raises_index_error(kind, dim):
         torch.tensor([0.9, 1.5, 1.0]).view(1, 3, 1, 1),
         torch.full((1, 1, 1, 6), 1.5),  # size 6 ≠ 1 along dim
         torch.full((1, 2, 3, 4, 1), 1.5),  # more dims than the scores
+        torch.full((6,), 1.5),  # lines up with the last dim: one α per column, not per row
+        torch.full((3, 1), 1.5),  # lines up with (4, 6): does not broadcast
     ],
-    ids=["0.5", "0.999", "2.5", "2+1e-6", "nan", "tensor>2", "tensor<1", "size!=1 along dim", "too many dims"],
+    ids=[
+        "0.5",
+        "0.999",
+        "2.5",
+        "2+1e-6",
+        "nan",
+        "tensor>2",
+        "tensor<1",
+        "size!=1 along dim",
+        "too many dims",
+        "per column",
+        "no broadcast",
+    ],
 )
 def test_invalid_alpha_raises_value_error(alpha):
     with pytest.raises(ValueError, match="alpha"):
         entmax(randn(2, 3, 4, 6), alpha)
+
+
+@pytest.mark.parametrize("alpha", ["1.5", None, True], ids=["text", "None", "bool"])
+def test_alpha_of_another_type_is_refused_naming_it(alpha):
+    with pytest.raises(TypeError, match="`alpha` must be a number in \\[1, 2\\] or a tensor"):
+        entmax(randn(2, 6), alpha)
+
+
+@pytest.mark.parametrize(
+    "mapping", [lambda z: entmax(z, 1.3), sparsemax, entmax15], ids=["entmax", "sparsemax", "entmax15"]
+)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.complex64, torch.bool])
+def test_scores_that_are_not_floating_point_are_refused_naming_the_dtype(mapping, dtype):
+    with pytest.raises(TypeError, match=f"`scores` must be a floating-point tensor, got {dtype}"):
+        mapping(torch.zeros(2, 3, dtype=dtype))
+
+
+@pytest.mark.parametrize("shape", [(2, 0), (0, 5), (3, 0, 4)])
+@pytest.mark.parametrize(
+    "mapping", [lambda z: entmax(z, 1.3), sparsemax, entmax15], ids=["entmax", "sparsemax", "entmax15"]
+)
+def test_empty_scores_give_an_empty_result_as_softmax_does(mapping, shape):
+    scores = torch.zeros(shape, requires_grad=True)
+    probs = mapping(scores)
+    assert probs.shape == scores.shape
+    probs.sum().backward()
+    assert scores.grad.shape == scores.shape
 
 
 @pytest.mark.parametrize("alpha", [1.0, 2.0, torch.tensor([1.0, 2.0, 1.5]).view(1, 3, 1, 1), torch.tensor(1.7)])

@@ -320,18 +320,34 @@ class SoftmaxFunction(torch.autograd.Function):
         return grad_scores.to(grad_output.dtype), None
 
 
+def _check_scores(scores: torch.Tensor) -> None:
+    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+        kind = scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise TypeError(f"`scores` must be a floating-point tensor, got {kind}")
+
+
 def _check_alpha(alpha: torch.Tensor | float, scores: torch.Tensor, dim: int) -> None:
     if isinstance(alpha, torch.Tensor):
-        if alpha.dim() > scores.dim() or (alpha.dim() == scores.dim() and alpha.shape[dim] != 1):
+        # Broadcasting lines α up with the scores from the right: the dimension of α that falls on `dim` must be 1.
+        from_right = dim - scores.dim()
+        if alpha.dim() > scores.dim() or (alpha.dim() >= -from_right and alpha.shape[from_right] != 1):
             raise ValueError(
                 f"`alpha` of shape {tuple(alpha.shape)} must broadcast to the scores {tuple(scores.shape)} "
                 f"with size 1 along `dim`={dim} (e.g. (1, heads, 1, 1) for one α per head)"
             )
+        try:
+            torch.broadcast_shapes(alpha.shape, scores.shape)
+        except RuntimeError:
+            raise ValueError(
+                f"`alpha` of shape {tuple(alpha.shape)} does not broadcast to the scores {tuple(scores.shape)}"
+            ) from None
         if torch.compiler.is_compiling():
             return
         low, high = float(alpha.detach().min()), float(alpha.detach().max())
-    else:
+    elif isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
         low = high = float(alpha)
+    else:
+        raise TypeError(f"`alpha` must be a number in [1, 2] or a tensor, got {type(alpha).__name__} {alpha!r}")
     if not 1.0 <= low <= high <= 2.0:
         raise ValueError(f"`alpha` must be in [1, 2], got values in [{low}, {high}]")
 
@@ -362,9 +378,12 @@ def entmax(
     Returns:
         The probabilities, same shape and dtype as ``scores``.
     """
+    _check_scores(scores)
     dim = _normalize_dim(dim, scores.dim())
     if check_alpha:
         _check_alpha(alpha, scores, dim)
+    if scores.numel() == 0:
+        return torch.softmax(scores, dim)  # rows of no entries: an empty result, as softmax gives
     if not isinstance(alpha, torch.Tensor) and alpha == 1.0:
         return SoftmaxFunction.apply(scores, dim)
     if native_entmax is not None and (probs := native_entmax(scores, alpha, dim)) is not None:
@@ -380,7 +399,10 @@ def sparsemax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Exact (sort-based; the native kernel's Newton iteration is exact for it too). Masking, dtypes and shapes
     as in :func:`entmax`.
     """
+    _check_scores(scores)
     dim = _normalize_dim(dim, scores.dim())
+    if scores.numel() == 0:
+        return torch.softmax(scores, dim)
     if native_entmax is not None and (probs := native_entmax(scores, 2.0, dim)) is not None:
         return probs
     return SparsemaxFunction.apply(scores, dim)
@@ -388,7 +410,10 @@ def sparsemax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def entmax15(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """1.5-entmax of ``scores`` along ``dim``, exact (sort-based). As :func:`entmax` with α = 1.5."""
+    _check_scores(scores)
     dim = _normalize_dim(dim, scores.dim())
+    if scores.numel() == 0:
+        return torch.softmax(scores, dim)
     if native_entmax is not None and (probs := native_entmax(scores, 1.5, dim)) is not None:
         return probs
     return Entmax15Function.apply(scores, dim)
