@@ -43,7 +43,7 @@ from hf_entmax import AdaptiveEntmaxMarianMTModel, entmax, entmax15, sparsemax
 from hf_entmax.kernels.cpu import kernel_available
 from hf_entmax.modeling.modeling_adaptive_entmax_marian import entmax_attention_forward
 from hf_entmax.training.arguments import DEFAULT_MAX_LENGTH, ModelArguments
-from hf_entmax.training.run import load_model
+from hf_entmax.training.model_loading import load_model
 
 
 def median_seconds(steps: list, repeats: int) -> list[float]:

@@ -4,8 +4,8 @@ import pytest
 
 from hf_entmax.cli import main
 from hf_entmax.commands import demo
-from hf_entmax.commands.hub_folder import read_sentences
 from hf_entmax.commands.train import parse_arguments
+from hf_entmax.common.text_files import read_sentences
 
 
 def test_without_a_command_usage_is_printed(capsys):

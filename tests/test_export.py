@@ -10,6 +10,7 @@ from huggingface_hub import ModelCard
 from hf_entmax import AdaptiveEntmaxMarianMTModel, analyze_model
 from hf_entmax.analysis.report import write_report
 from hf_entmax.cli import main
+from hf_entmax.common.records import CONVERTED_TAG
 from hf_entmax.errors import HfEntmaxValueError
 from hf_entmax.hub import (
     ModelCardInfo,
@@ -19,7 +20,6 @@ from hf_entmax.hub import (
     measure_attention_sparsity,
     render_model_card,
 )
-from hf_entmax.hub.model_card import CONVERTED_TAG
 
 
 SUMMARY = {

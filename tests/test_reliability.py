@@ -48,9 +48,9 @@ from transformers import MarianConfig, MarianMTModel, Seq2SeqTrainingArguments, 
 from hf_entmax import AdaptiveEntmaxMarianMTModel, entmax, entmax15, sparsemax
 from hf_entmax.cli import main
 from hf_entmax.commands.train import parse_arguments
+from hf_entmax.common.records import RUN_RECORD_FILES
 from hf_entmax.errors import HfEntmaxError
 from hf_entmax.hub import convert_marian, export_hub_folder, push_folder
-from hf_entmax.hub.export import RUN_RECORD_FILES
 from hf_entmax.hub.push import HubTransportError
 from hf_entmax.training.synthetic import generate_pairs
 from hf_entmax.training.tokenizer import train_joint_tokenizer

@@ -4,40 +4,23 @@ Every problem is reported as one `HfEntmaxError` line naming the file or flag an
 """
 
 import json
+import logging
 import os
 from pathlib import Path
 
 from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
-from ..hub.export import check_safetensors_weights, load_pretrained, load_tokenizer, read_model_config
+from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer
+from ..common.records import ALPHA_HISTORY_FILE
+from ..common.text_files import listed_lines, read_aligned_lines, read_sentences
+from ..errors import HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
-from ..training.data import iter_lines, read_text_pair
-from ..training.run import ALPHA_HISTORY_FILE
 
+
+logger = logging.getLogger(__name__)
 
 ANALYSABLE_MODEL_TYPES = (AdaptiveEntmaxMarianConfig.model_type, "marian")
-
-
-def check_model_folder(folder: str | os.PathLike, flag: str = "model") -> str:
-    """Check, without loading anything, that ``folder`` holds an analysable model; return its model type.
-
-    Raises:
-        HfEntmaxFileNotFoundError: If the folder or its config.json does not exist.
-        HfEntmaxValueError: If config.json is not valid JSON, or the folder holds another kind of model, no
-            safetensors weights or two sets of them.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise HfEntmaxFileNotFoundError(f"{flag} {folder}: no such folder")
-    model_type = read_model_config(folder, f"{flag} {folder}").get("model_type")
-    if model_type not in ANALYSABLE_MODEL_TYPES:
-        raise HfEntmaxValueError(
-            f"{flag} {folder} holds a {model_type!r} model; expected an AdaptiveEntmaxMarian or Marian model"
-        )
-    check_safetensors_weights(folder, f"{flag} {folder}")
-    return model_type
 
 
 def load_analysable_model(
@@ -52,7 +35,7 @@ def load_analysable_model(
         be loaded.
     """
     name = f"{flag} {folder}"
-    if check_model_folder(folder, flag) == "marian":
+    if check_model_folder(Path(folder), name, ANALYSABLE_MODEL_TYPES)["model_type"] == "marian":
         model = load_pretrained(MarianMTModel, Path(folder), name, use_safetensors=True, attn_implementation="eager")
     else:
         model = load_pretrained(AdaptiveEntmaxMarianMTModel, Path(folder), name, use_safetensors=True)
@@ -106,19 +89,24 @@ def read_sample(
     """
     if sample_size is not None and sample_size < 1:
         raise HfEntmaxValueError(f"--sample_size must be a positive number of sentences, got {sample_size}")
-    if target_file is not None:
-        # The training data reader, so the same checks apply (line counts, UTF-8 with the line number).
-        pairs = read_text_pair(source_file, target_file, "source", "target")["translation"][:sample_size]
-        return [pair["source"] for pair in pairs], [pair["target"] for pair in pairs]
-    sources = [line.strip() for _, line in iter_lines(Path(source_file)) if line.strip()]
-    if not sources:
-        raise HfEntmaxValueError(f"{source_file} contains no sentences (expected one sentence a line)")
-    return sources[:sample_size], None
+    if target_file is None:
+        return read_sentences(source_file)[:sample_size], None
+    sources, targets = read_aligned_lines(source_file, target_file)
+    pairs = [(source.strip(), target.strip()) for source, target in zip(sources, targets, strict=True)]
+    one_sided = [line_no for line_no, pair in enumerate(pairs, start=1) if not all(pair)]
+    if one_sided:
+        logger.warning(
+            f"skipped {len(one_sided)} line(s) with an empty source or target in {source_file} / {target_file} "
+            f"(lines {listed_lines(one_sided)})"
+        )
+    pairs = [pair for pair in pairs if all(pair)][:sample_size]
+    if not pairs:
+        raise HfEntmaxValueError(f"{source_file} / {target_file} contains no sentence pairs")
+    return [source for source, _ in pairs], [target for _, target in pairs]
 
 
 __all__ = [
     "ANALYSABLE_MODEL_TYPES",
-    "check_model_folder",
     "load_analysable_model",
     "read_alpha_history",
     "read_sample",

@@ -11,8 +11,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from ..hub.model_card import ATTENTION_TITLES
-from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
+from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TITLES, ATTENTION_TYPES
 from .collect import AttentionExample, ModelAnalysis
 
 

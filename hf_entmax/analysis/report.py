@@ -14,10 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..common.records import ALPHA_HISTORY_FILE
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
-from ..hub.model_card import ATTENTION_TITLES
-from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
-from ..training.run import ALPHA_HISTORY_FILE
+from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TITLES, ATTENTION_TYPES
 from . import plots
 from .collect import AttentionTypeStatistics, ModelAnalysis
 

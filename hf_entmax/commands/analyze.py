@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..analysis.collect import analyze_model
-from ..analysis.inputs import check_model_folder, read_sample
+from ..analysis.inputs import ANALYSABLE_MODEL_TYPES, read_sample
 from ..analysis.report import check_report_folder, summarize, summary_table, write_report
+from ..common.model_folder import check_model_folder
 from ..errors import HfEntmaxValueError
 from .parsing import CommandParser
 
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     # Bad folders and files are reported before anything slow starts.
     check_report_folder(Path(args.output))
     for folder, flag in zip(folders, flags, strict=True):
-        check_model_folder(folder, flag)
+        check_model_folder(Path(folder), f"{flag} {folder}", ANALYSABLE_MODEL_TYPES)
     sources, targets = read_sample(args.source_file, args.target_file, args.sample_size)
 
     analyses = [

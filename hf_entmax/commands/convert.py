@@ -10,10 +10,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ..common.hub_ids import check_repo_id
+from ..common.text_files import read_sentences
 from ..hub.convert import convert_marian
-from ..hub.push import check_repo_id
 from ..training.arguments import add_alpha_arguments, given_alpha_options
-from .hub_folder import add_hub_folder_arguments, check_written_folder, read_sentences
+from .hub_folder import add_hub_folder_arguments, check_written_folder
 from .parsing import CommandParser
 
 

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..training import synthetic
-from .train import parse_arguments, print_summary
-from .train import train as run_training
+from .train import parse_arguments, print_summary, run_training
 
 
 HELP = "train a small model on the built-in synthetic pair, evaluate it and translate with it (offline)"

@@ -10,28 +10,21 @@ an `hf-entmax analyze` output given with --analysis.
 """
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..analysis.report import model_card_section
-from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
-from ..hub.export import (
-    RUN_RECORD_FILES,
-    check_export_target,
-    check_safetensors_weights,
-    export_hub_folder,
-    load_pretrained,
-    load_tokenizer,
-    read_model_config,
-)
-from ..hub.model_card import ModelCardInfo, measure_attention_sparsity
-from ..hub.push import check_repo_id
+from ..common.hub_ids import check_repo_id
+from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer
+from ..common.records import RUN_RECORD_FILES, SUMMARY_FILE
+from ..common.text_files import read_sentences
+from ..errors import HfEntmaxFileNotFoundError
+from ..hub.export import check_export_target, export_hub_folder
+from ..hub.model_card import ModelCardInfo, measure_attention_sparsity, read_training_summary
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
-from ..training.run import SUMMARY_FILE
-from .hub_folder import add_hub_folder_arguments, check_written_folder, read_sentences
+from .hub_folder import add_hub_folder_arguments, check_written_folder
 from .parsing import CommandParser
 
 
@@ -66,24 +59,8 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_exportable_model(folder: Path) -> AdaptiveEntmaxMarianMTModel:
     name = f"--model {folder}"
-    model_type = read_model_config(folder, name).get("model_type")
-    if model_type == "marian":
-        raise HfEntmaxValueError(f"{name} is a Marian checkpoint: convert it with `hf-entmax convert`")
-    if model_type != AdaptiveEntmaxMarianConfig.model_type:
-        raise HfEntmaxValueError(f"{name} is a {model_type!r} model, not an AdaptiveEntmaxMarian one")
-    check_safetensors_weights(folder, name)
+    check_model_folder(folder, name, (AdaptiveEntmaxMarianConfig.model_type,))
     return load_pretrained(AdaptiveEntmaxMarianMTModel, folder, name, use_safetensors=True).eval()
-
-
-def read_training_summary(path: Path) -> dict:
-    """``training_summary.json`` as a dict; a one-line error when it is not a JSON object."""
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise HfEntmaxValueError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(summary, dict):
-        raise HfEntmaxValueError(f"{path}: expected a JSON object, found {type(summary).__name__}")
-    return summary
 
 
 def run(args: argparse.Namespace) -> int:

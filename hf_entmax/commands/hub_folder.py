@@ -1,9 +1,7 @@
-"""What the commands that write a Hub-ready folder (`convert`, `export`) share: flags, inputs, the final check."""
+"""What the commands that write a Hub-ready folder (`convert`, `export`) share: flags and the final check."""
 
 import argparse
-from pathlib import Path
 
-from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..hub.export import check_folder_loads, is_shard_size
 
 
@@ -29,19 +27,6 @@ def shard_size(value: str) -> str:
     if not is_shard_size(value):
         raise argparse.ArgumentTypeError(f"expected a size such as 500MB or 2GB, got {value!r}")
     return value
-
-
-def read_sentences(path: str | None, flag: str) -> list[str] | None:
-    """The non-empty lines of the text file given with ``flag``, or None when the flag was not given."""
-    if path is None:
-        return None
-    try:
-        sentences = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except FileNotFoundError:
-        raise HfEntmaxFileNotFoundError(f"{flag} {path}: no such file") from None
-    if not sentences:
-        raise HfEntmaxValueError(f"{flag} {path}: the file has no sentences (expected one sentence a line)")
-    return sentences
 
 
 def check_written_folder(args: argparse.Namespace) -> None:

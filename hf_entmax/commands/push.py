@@ -14,7 +14,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..hub.push import check_repo_id, push_folder, select_upload_files
+from ..common.hub_ids import check_repo_id
+from ..hub.push import push_folder, select_upload_files
 from .parsing import CommandParser
 
 

@@ -15,7 +15,8 @@ import yaml
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 from transformers.integrations import get_reporting_integration_callbacks
 
-from ..errors import HfEntmaxValueError
+from ..errors import HfEntmaxValueError, one_line
+from ..hub.model_card import write_training_card
 from ..training.arguments import DataArguments, ModelArguments, TrainingArguments
 from ..training.recipes import choose_recipe, recipe_flags
 from ..training.run import train
@@ -57,7 +58,7 @@ def parse_arguments(argv: Sequence[str]) -> tuple[ModelArguments, DataArguments,
         try:
             parsed = parser.parse_dict(_typed_values(parser, values, argv[0]))
         except (ValueError, TypeError) as error:  # unknown keys, or a value a dataclass refuses
-            raise HfEntmaxValueError(f"{argv[0]}: {_one_line(error)}") from None
+            raise HfEntmaxValueError(f"{argv[0]}: {one_line(error, 400)}") from None
     else:
         given = _given_flags(argv)
         model_name = _flag_value(argv, "model_name_or_path")
@@ -67,7 +68,7 @@ def parse_arguments(argv: Sequence[str]) -> tuple[ModelArguments, DataArguments,
         try:
             parsed = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
         except ValueError as error:  # a value a dataclass refuses in __post_init__
-            raise HfEntmaxValueError(_one_line(error)) from None
+            raise HfEntmaxValueError(one_line(error, 400)) from None
         *parsed, unknown = parsed
         if unknown:
             parser.error(unknown_flags_message(parser, unknown))
@@ -142,7 +143,7 @@ def check_report_to(report_to: list[str]) -> None:
         for callback in get_reporting_integration_callbacks(report_to):
             callback()  # the integrations check that their package is installed when made, and do nothing else
     except (ValueError, RuntimeError, ImportError) as error:
-        raise HfEntmaxValueError(f"--report_to {' '.join(report_to)}: {_one_line(error)}") from None
+        raise HfEntmaxValueError(f"--report_to {' '.join(report_to)}: {one_line(error, 400)}") from None
 
 
 def _typed_values(parser: HfArgumentParser, values: dict, file: str) -> dict:
@@ -171,16 +172,14 @@ def _read_config_file(path: Path) -> dict:
         text = path.read_text(encoding="utf-8")
         values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
-        raise HfEntmaxValueError(f"{path}: not a valid {path.suffix[1:].upper()} file ({_one_line(error)})") from None
+        raise HfEntmaxValueError(
+            f"{path}: not a valid {path.suffix[1:].upper()} file ({one_line(error, 400)})"
+        ) from None
     if not isinstance(values, dict):
         raise HfEntmaxValueError(
             f"{path}: expected a mapping of argument names to values, got {type(values).__name__}"
         )
     return values
-
-
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())[:400]
 
 
 def print_summary(summary: dict, output_dir: str) -> None:
@@ -198,8 +197,17 @@ def print_summary(summary: dict, output_dir: str) -> None:
     print(f"Saved to {output_dir} (loads with trust_remote_code=True; pipeline('translation') works).")
 
 
+def run_training(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
+    """`hf_entmax.training.run.train`, then the model card (README.md) of a run that trained, written once (by the
+    main process of a distributed run). Returns the run's summary."""
+    summary = train(model_args, data_args, training_args)
+    if summary["did_train"] and training_args.process_index == 0:
+        write_training_card(training_args.output_dir)
+    return summary
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(sys.argv[1:] if argv is None else argv)
-    summary = train(model_args, data_args, training_args)
+    summary = run_training(model_args, data_args, training_args)
     print_summary(summary, training_args.output_dir)
     return 0

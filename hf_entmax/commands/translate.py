@@ -21,13 +21,11 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from tqdm.auto import tqdm
 from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as transformers_logging
 
-from ..analysis.inputs import check_model_folder
+from ..common.model_folder import MODEL_TYPE_NAMES, check_model_folder, load_config, load_pretrained, load_tokenizer
+from ..common.text_files import listed_lines, read_aligned_lines, read_lines
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
-from ..hub.export import load_config, load_pretrained, load_tokenizer
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
-from ..training.data import MAX_LISTED_LINES, iter_lines
 from ..training.metrics import corpus_scores
 from .parsing import CommandParser
 
@@ -150,17 +148,13 @@ def load_translation_model(
             config, weights or tokenizer that cannot be loaded.
     """
     folder = resolve_model_folder(model)
-    model_class = MarianMTModel if check_model_folder(folder, "--model") == "marian" else AdaptiveEntmaxMarianMTModel
+    model_type = check_model_folder(folder, f"--model {folder}", tuple(MODEL_TYPE_NAMES))["model_type"]
+    model_class = MarianMTModel if model_type == "marian" else AdaptiveEntmaxMarianMTModel
     config = load_config(model_class.config_class, folder, f"--model {model}")
     tokenizer = load_tokenizer(folder, f"--model {model}", config=config)
-    hide_bar = not progress and transformers_logging.is_progress_bar_enabled()
-    if hide_bar:
-        transformers_logging.disable_progress_bar()
-    try:
-        loaded = load_pretrained(model_class, folder, f"--model {model}", config=config, use_safetensors=True)
-    finally:
-        if hide_bar:
-            transformers_logging.enable_progress_bar()
+    loaded = load_pretrained(
+        model_class, folder, f"--model {model}", config=config, use_safetensors=True, progress=progress
+    )
     return loaded.to(device).eval(), tokenizer
 
 
@@ -228,7 +222,7 @@ def translate_lines(
     if too_long:
         logger.warning(
             f"input longer than the model's limit of {max_source_length} tokens was truncated to it on "
-            f"{len(too_long)} line(s): {_listed(too_long)}; split those lines to translate them whole"
+            f"{len(too_long)} line(s): {listed_lines(too_long)}; split those lines to translate them whole"
         )
 
     # Longest first: a batch too large for memory fails at the start, not at the end.
@@ -255,27 +249,6 @@ def translate_lines(
     return translations
 
 
-def _listed(line_numbers: list[int]) -> str:
-    """The first `MAX_LISTED_LINES` line numbers, comma-separated, then "..." if there are more."""
-    more = ", ..." if len(line_numbers) > MAX_LISTED_LINES else ""
-    return ", ".join(map(str, line_numbers[:MAX_LISTED_LINES])) + more
-
-
-def read_lines(path: str, flag: str) -> list[str]:
-    """Every line of a UTF-8 text file given with ``flag``, empty ones included, without line endings.
-
-    Raises:
-        HfEntmaxFileNotFoundError: If the file does not exist.
-        HfEntmaxValueError: If it is not UTF-8 (naming the line).
-    """
-    file = Path(path)
-    if not file.is_file():
-        raise HfEntmaxFileNotFoundError(
-            f"{flag} {path}: {'a folder, not a file' if file.is_dir() else 'no such file'}"
-        )
-    return [line for _, line in iter_lines(file)]
-
-
 def scored_lines(sources: Sequence[str], references: Sequence[str], description: str) -> list[int]:
     """The 0-based indices of the lines to score: those where both the source and the reference are non-empty.
 
@@ -291,7 +264,7 @@ def scored_lines(sources: Sequence[str], references: Sequence[str], description:
     if one_sided:
         logger.warning(
             f"{len(one_sided)} line(s) of {description} are empty on one side only and are not scored: "
-            f"{_listed(one_sided)}"
+            f"{listed_lines(one_sided)}"
         )
     if not scored:
         raise HfEntmaxValueError(f"{description}: no line has both a sentence and a reference to score")
@@ -306,16 +279,11 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_file and not args.reference:
         raise HfEntmaxValueError("--metrics_file needs --reference (the scores are computed against it)")
     device = resolve_device(args.device)
-    sources = read_lines(args.input, "--input")
-    references, scored = None, []
     if args.reference:
-        references = read_lines(args.reference, "--reference")
-        if len(references) != len(sources):
-            raise HfEntmaxValueError(
-                f"--input {args.input} has {len(sources)} lines but --reference {args.reference} has "
-                f"{len(references)}; line N of the references must translate line N of the input"
-            )
+        sources, references = read_aligned_lines(args.input, args.reference, "--input", "--reference")
         scored = scored_lines(sources, references, f"--input {args.input} / --reference {args.reference}")
+    else:
+        sources, references, scored = read_lines(args.input, "--input"), None, []
     # What the command writes must not replace what it reads, nor each other.
     files = {"--input": args.input, "--reference": args.reference}
     for flag, path, written in (

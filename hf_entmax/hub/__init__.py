@@ -1,8 +1,15 @@
 """The Hub side: Marian → AdaptiveEntmaxMarian conversion, Hub-ready folders, model cards, publishing to the Hub."""
 
+from ..common.model_folder import find_pickle_files
 from .convert import ConversionReport, convert_marian
-from .export import check_folder_loads, export_hub_folder, find_pickle_files
-from .model_card import ModelCardInfo, TranslationScores, measure_attention_sparsity, render_model_card
+from .export import check_folder_loads, export_hub_folder
+from .model_card import (
+    ModelCardInfo,
+    TranslationScores,
+    measure_attention_sparsity,
+    render_model_card,
+    write_training_card,
+)
 from .push import push_folder
 
 
@@ -17,4 +24,5 @@ __all__ = [
     "measure_attention_sparsity",
     "push_folder",
     "render_model_card",
+    "write_training_card",
 ]

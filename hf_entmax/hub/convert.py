@@ -18,32 +18,24 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from transformers import MarianMTModel, PreTrainedTokenizerBase
 
-from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..common.config import build_config
+from ..common.hub_ids import is_hub_id
+from ..common.model_folder import SAFETENSORS_WEIGHTS, load_pretrained, load_tokenizer, read_model_config
+from ..common.records import framework_versions
+from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig, AlphaOptions
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
-from ..training.presets import build_config
-from ..training.records import framework_versions
-from .export import (
-    CHECK_SENTENCES,
-    check_export_target,
-    check_shard_size,
-    export_hub_folder,
-    load_pretrained,
-    load_tokenizer,
-    read_model_config,
-)
+from .export import CHECK_SENTENCES, check_export_target, check_shard_size, export_hub_folder
 from .model_card import ModelCardInfo
 
 
 logger = logging.getLogger(__name__)
 
-SAFETENSORS_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHT_PATTERNS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "*.pt", "*.pth", "*.ckpt")
 # What a Marian repo needs besides weights: configs and tokenizer files (SentencePiece models, vocabularies).
 _DOWNLOAD_PATTERNS = ["*.json", "*.model", "*.spm", "*.txt", "*.safetensors"]
 LOGIT_TOLERANCE = 1e-5
 ALPHA_OPTION_NAMES = tuple(option.name for option in fields(AlphaOptions))
-_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 _OPUS_MT_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})")
 # A Hub cache snapshot folder: .../models--{owner}--{name}/snapshots/{commit}
 _HUB_CACHE_SNAPSHOT = re.compile(r"models--([^/\\]+?)--([^/\\]+)[/\\]snapshots[/\\]")
@@ -220,7 +212,7 @@ def resolve_source(model: str, allow_pickle: bool = False) -> tuple[Path, bool]:
     path = Path(model).expanduser()
     if path.is_dir():
         return path, False
-    if path.exists() or model.startswith((".", "~")) or not _HUB_ID.fullmatch(model):
+    if not is_hub_id(model):
         raise HfEntmaxFileNotFoundError(f"--model {model!r}: no such folder (give a MarianMT folder or a Hub id)")
     patterns = [*_DOWNLOAD_PATTERNS, *(PICKLE_WEIGHT_PATTERNS if allow_pickle else ())]
     try:
@@ -228,12 +220,12 @@ def resolve_source(model: str, allow_pickle: bool = False) -> tuple[Path, bool]:
     except (OfflineModeIsEnabled, LocalEntryNotFoundError) as error:
         raise HfEntmaxError(
             f"--model {model!r} is not a local folder and could not be downloaded from the Hub (offline? "
-            f"{_one_line(error)[:150]}); download it where the Hub is reachable and pass the folder"
+            f"{one_line(error, 150)}); download it where the Hub is reachable and pass the folder"
         ) from error
     except HfHubHTTPError as error:
-        raise HfEntmaxError(f"could not download {model!r} from the Hub: {_one_line(error)}") from error
+        raise HfEntmaxError(f"could not download {model!r} from the Hub: {one_line(error)}") from error
     except OSError as error:  # connection failures
-        raise HfEntmaxError(f"could not reach the Hub to download {model!r}: {_one_line(error)}") from error
+        raise HfEntmaxError(f"could not reach the Hub to download {model!r}: {one_line(error)}") from error
 
 
 def read_marian_config(folder: Path, model: str) -> dict:
@@ -254,7 +246,7 @@ def read_marian_config(folder: Path, model: str) -> dict:
 
 def choose_weights(folder: Path, model: str, allow_pickle: bool, from_hub: bool = False) -> bool:
     """Whether to load safetensors (True) or pickle weights (False, only when allowed)."""
-    if any((folder / name).is_file() for name in SAFETENSORS_FILES):
+    if any((folder / name).is_file() for name in SAFETENSORS_WEIGHTS):
         return True
     if from_hub and not allow_pickle:
         raise HfEntmaxValueError(
@@ -374,10 +366,6 @@ def _storage_groups(state: dict[str, torch.Tensor]) -> list[list[str]]:
 
 def _same_sequences(first: torch.Tensor, second: torch.Tensor) -> bool:
     return first.shape == second.shape and torch.equal(first, second)
-
-
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())[:300]
 
 
 __all__ = ["ConversionReport", "convert_marian", "copy_marian_weights"]

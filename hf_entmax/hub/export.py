@@ -5,9 +5,7 @@ loading it in a fresh Python process where hf_entmax cannot be imported and comp
 """
 
 import dataclasses
-import json
 import os
-import pickle
 import re
 import shutil
 import subprocess
@@ -18,35 +16,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
-from huggingface_hub.errors import StrictDataclassError
-from safetensors import SafetensorError
-from transformers import AutoTokenizer, PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
-from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer, read_model_config
+from ..errors import HfEntmaxError, HfEntmaxValueError, last_line
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .model_card import ModelCardInfo, render_model_card
 
 
-# The two ways of storing safetensors weights. A folder holds one: transformers loads model.safetensors when it is
-# there and ignores the shards, so a folder with both is one whose other set is stale.
-SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 # `max_shard_size` as people write it (the units of huggingface_hub's parser).
 _SHARD_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*[KMGT]B\s*", re.IGNORECASE)
-# Files whose loading unpickles, i.e. can run arbitrary code: never part of a published folder.
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib")
-# What `hf-entmax train` records next to the model (JSON and text, nothing that runs): they back the card's
-# numbers, so `hf-entmax export` copies them and `hf-entmax push` uploads them.
-RUN_RECORD_FILES = (
-    "training_summary.json",
-    "alpha_history.json",
-    "all_results.json",
-    "train_results.json",
-    "eval_results.json",
-    "test_results.json",
-    "trainer_state.json",
-    "generated_predictions.txt",
-)
 # The only variables of this process the load check's child gets: what Python, torch and the dynamic loader need
 # to start as they do here. Nothing else passes (HF_TOKEN, cloud keys, …): the child runs the folder's code.
 _LOAD_CHECK_VARIABLES = (
@@ -195,101 +175,6 @@ def check_shard_size(value: object, name: str) -> None:
         raise HfEntmaxValueError(f"{name} must be a size such as 500MB or 2GB, got {value!r}")
 
 
-def read_model_config(folder: Path, name: str) -> dict:
-    """The ``config.json`` of a model folder, as a dict.
-
-    Args:
-        folder: The model folder.
-        name: How the user named it, for the messages (``--model <folder>``).
-
-    Raises:
-        HfEntmaxFileNotFoundError: If the folder has no config.json.
-        HfEntmaxValueError: If it is not a JSON object (e.g. cut off).
-    """
-    path = folder / "config.json"
-    if not path.is_file():
-        raise HfEntmaxFileNotFoundError(f"{name}: no config.json there (not a model folder)")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise HfEntmaxValueError(f"{name}: {path} is not valid JSON ({error}); write the folder again") from None
-    if not isinstance(config, dict):
-        raise HfEntmaxValueError(f"{name}: {path} holds a JSON {type(config).__name__}, not a config object")
-    return config
-
-
-def check_safetensors_weights(folder: Path, name: str) -> None:
-    """Refuse a model folder without safetensors weights, or with both a ``model.safetensors`` and a sharded index
-    (transformers would load the first and ignore the shards: one of the two sets is stale).
-
-    Raises:
-        HfEntmaxValueError: naming ``name`` and the files.
-    """
-    present = [weights for weights in SAFETENSORS_WEIGHTS if (folder / weights).is_file()]
-    if not present:
-        raise HfEntmaxValueError(f"{name} has no safetensors weights (hf-entmax never unpickles weights)")
-    if len(present) > 1:
-        raise HfEntmaxValueError(
-            f"{name} holds two sets of weights, {' and '.join(present)}: transformers loads model.safetensors and "
-            "ignores the shards, so one set is stale; remove it (or export the model again into a new folder)"
-        )
-
-
-def load_config(config_class: type[PreTrainedConfig], folder: Path, name: str) -> PreTrainedConfig:
-    """``config_class.from_pretrained(folder)``; a config.json whose fields the class refuses is one line.
-
-    Raises:
-        HfEntmaxValueError: naming ``name`` and the field.
-    """
-    try:
-        return config_class.from_pretrained(folder)
-    except (StrictDataclassError, OSError, ValueError) as error:
-        raise HfEntmaxValueError(f"{name}: its config.json is not valid ({_last_line(str(error))})") from None
-
-
-def load_tokenizer(folder: Path, name: str, **kwargs) -> PreTrainedTokenizerBase:
-    """``AutoTokenizer.from_pretrained(folder, **kwargs)``; a folder without a usable tokenizer is one line.
-
-    Raises:
-        HfEntmaxValueError: naming ``name``, with the reason and the files a tokenizer needs.
-    """
-    try:
-        return AutoTokenizer.from_pretrained(folder, **kwargs)
-    except (OSError, ValueError, TypeError) as error:  # TypeError: a Marian tokenizer without its files
-        raise HfEntmaxValueError(
-            f"{name}: could not load its tokenizer ({_last_line(str(error)) or type(error).__name__}); a model "
-            "folder needs its tokenizer files (tokenizer_config.json with tokenizer.json, or Marian's source.spm, "
-            "target.spm and vocab.json)"
-        ) from None
-
-
-def load_pretrained(model_class: type[PreTrainedModel], folder: Path, name: str, **kwargs) -> PreTrainedModel:
-    """``model_class.from_pretrained(folder, **kwargs)``, with what can be wrong in a folder as one line.
-
-    Raises:
-        HfEntmaxValueError: naming ``name``, for a cut-off or corrupt weights file, a config the model class refuses,
-            weights that do not fit, or pickled weights holding more than tensors (torch's ``weights_only`` loader
-            refuses them: hf-entmax never unpickles code).
-    """
-    try:
-        return model_class.from_pretrained(folder, **kwargs)
-    except pickle.UnpicklingError as error:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
-        files = ", ".join(path for path in find_pickle_files(folder) if "/" not in path) or "its pickled weights"
-        raise HfEntmaxValueError(
-            f"{name}: torch's weights_only loader refuses {files}: it holds {found.group(1) if found else 'objects'}, "
-            "not only tensors, and hf-entmax never runs code from a checkpoint (not even with --allow_pickle)"
-        ) from None
-    except SafetensorError as error:
-        files = [weights for weights in SAFETENSORS_WEIGHTS if (folder / weights).is_file()]
-        raise HfEntmaxValueError(
-            f"{name}: {' / '.join(files) or 'its weights'} could not be read ({_last_line(str(error))}): the file is "
-            "cut off or corrupt; write or download it again"
-        ) from None
-    except (StrictDataclassError, OSError, ValueError, RuntimeError) as error:
-        raise HfEntmaxValueError(f"{name} could not be loaded: {_last_line(str(error))}") from None
-
-
 def replace_folder(new: Path, target: Path) -> None:
     """Put the folder ``new`` in place of ``target`` (which may not exist), by renames on one file system."""
     if not target.exists():
@@ -304,16 +189,6 @@ def replace_folder(new: Path, target: Path) -> None:
         retired.rename(target)
         raise
     shutil.rmtree(retired, ignore_errors=True)
-
-
-def find_pickle_files(folder: str | os.PathLike) -> list[str]:
-    """Paths (relative to ``folder``, sorted) of the files whose loading would unpickle."""
-    folder = Path(folder)
-    return sorted(
-        path.relative_to(folder).as_posix()
-        for path in folder.rglob("*")
-        if path.is_file() and path.suffix.lower() in PICKLE_SUFFIXES
-    )
 
 
 def check_folder_loads(
@@ -364,12 +239,7 @@ def _link_files(folder: Path, files: Sequence[str], destination: Path) -> Path:
 
 def _check_model_folder(model_folder: Path, folder: Path, sentences: list[str] | None, scratch: Path) -> float:
     """`check_folder_loads` on ``model_folder``, with ``folder`` in the messages and ``scratch`` for the child."""
-    config = read_model_config(model_folder, str(folder))
-    if config.get("model_type") != AdaptiveEntmaxMarianConfig.model_type:
-        raise HfEntmaxValueError(
-            f"{folder} holds a {config.get('model_type')!r} model, not an AdaptiveEntmaxMarian one "
-            "(convert a Marian checkpoint with `hf-entmax convert`)"
-        )
+    config = check_model_folder(model_folder, str(folder), (AdaptiveEntmaxMarianConfig.model_type,))
     if "auto_map" not in config:
         raise HfEntmaxValueError(
             f"{folder}/config.json has no auto_map, so it cannot load without hf_entmax; "
@@ -401,7 +271,7 @@ def _check_model_folder(model_folder: Path, folder: Path, sentences: list[str] |
         timeout=900,
     )
     if completed.returncode != 0:
-        raise HfEntmaxValueError(f"{folder} does not load without hf_entmax installed: {_last_line(completed.stderr)}")
+        raise HfEntmaxValueError(f"{folder} does not load without hf_entmax installed: {last_line(completed.stderr)}")
     loaded = torch.load(scratch / "out.pt", weights_only=True)
 
     if loaded["logits"].shape != logits.shape:
@@ -433,25 +303,12 @@ def load_check_environment(hf_home: Path) -> dict[str, str]:
     }
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "(no message)"
-
-
 __all__ = [
     "CHECK_SENTENCES",
-    "PICKLE_SUFFIXES",
-    "RUN_RECORD_FILES",
-    "SAFETENSORS_WEIGHTS",
+    "check_export_target",
     "check_folder_loads",
-    "check_safetensors_weights",
     "check_shard_size",
     "export_hub_folder",
-    "find_pickle_files",
     "is_shard_size",
     "load_check_environment",
-    "load_config",
-    "load_pretrained",
-    "load_tokenizer",
-    "read_model_config",
 ]

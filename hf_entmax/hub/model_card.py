@@ -10,6 +10,7 @@ training: data, tokenizer, preprocessing, hyper-parameters and framework version
 
 import importlib.resources
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,28 +20,21 @@ from typing import Any
 
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import PreTrainedTokenizerBase
 
-from ..errors import HfEntmaxValueError
-from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
+from ..common.hub_ids import is_hub_id
+from ..common.model_folder import load_pretrained
+from ..common.records import CONVERTED_TAG, SUMMARY_FILE, SYNTHETIC_DATA
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TITLES, ATTENTION_TYPES
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 
 
 TEMPLATE_NAME = "adaptive_entmax_marian.md"
 DEFAULT_TAGS = ["entmax", "sparse-attention", "adaptive-sparsity", "marian", "translation", "custom_code"]
-ATTENTION_TITLES = {
-    "encoder_self": "Encoder self-attention",
-    "decoder_self": "Decoder self-attention",
-    "cross": "Cross-attention",
-}
 BASE_MODEL_RELATIONS = ("converted", "fine-tuned", "from-scratch")
 # Our relations in the Hub's `base_model_relation` metadata (which knows adapter, merge, quantized, finetune).
 HUB_BASE_MODEL_RELATIONS = {"fine-tuned": "finetune"}
-# The tag of a card written by `hf-entmax convert`: tells a conversion from a fine-tuned model in the metadata.
-CONVERTED_TAG = "converted-from-marian"
-# training_summary.json's "data" when `hf-entmax train` used the built-in synthetic pair.
-SYNTHETIC_DATA = "built-in synthetic pair"
 SYNTHETIC_INTENDED_USE = (
     "A demonstration: it was trained on hf_entmax's synthetic language pair, an artificial language made for "
     "testing, so it translates no natural language."
@@ -223,17 +217,6 @@ class ModelCardInfo:
         return cls(**fields)
 
 
-def is_hub_id(name: str) -> bool:
-    """Whether ``name`` names a Hub repo rather than a local folder (a path that exists here is a folder)."""
-    if name.startswith((".", "~", "/")) or Path(name).expanduser().exists():
-        return False
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
-
-
 def training_hyperparameters(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The hyper-parameters worth a card line: the recipe, the summary's settings with only the one of
     ``max_steps``/``num_train_epochs`` that governed training, the total batch size, steps and devices."""
@@ -321,6 +304,41 @@ def render_model_card(model: AdaptiveEntmaxMarianMTModel, info: ModelCardInfo) -
         framework_versions=info.framework_versions,
         versions_verb="Trained" if info.base_model_relation != "converted" else "Converted",
     )
+
+
+def read_training_summary(path: Path) -> dict:
+    """``training_summary.json`` as a dict; a one-line error when it is not a JSON object."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise HfEntmaxValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(summary, dict):
+        raise HfEntmaxValueError(f"{path}: expected a JSON object, found {type(summary).__name__}")
+    return summary
+
+
+def write_training_card(folder: str | os.PathLike) -> Path:
+    """Write ``README.md``, the model card of a `hf-entmax train` output, from the folder's training summary and model.
+
+    `hf-entmax train` and `hf-entmax demo` write it after a run that trained; from Python, call it on the output
+    folder after `hf_entmax.training.run.train`.
+
+    Returns:
+        The card's path.
+
+    Raises:
+        HfEntmaxFileNotFoundError: If the folder has no ``training_summary.json``.
+        HfEntmaxValueError: If the summary is not a JSON object or the model in the folder cannot be loaded.
+    """
+    folder = Path(folder)
+    summary_path = folder / SUMMARY_FILE
+    if not summary_path.is_file():
+        raise HfEntmaxFileNotFoundError(f"{folder}: no {SUMMARY_FILE} there (not a hf-entmax train output)")
+    summary = read_training_summary(summary_path)
+    model = load_pretrained(AdaptiveEntmaxMarianMTModel, folder, str(folder), use_safetensors=True, progress=False)
+    card_path = folder / "README.md"
+    render_model_card(model, ModelCardInfo.from_training_summary(summary)).save(card_path)
+    return card_path
 
 
 def origin_sentence(info: ModelCardInfo) -> str | None:
@@ -539,10 +557,10 @@ def measure_attention_sparsity(
 
 __all__ = [
     "BASE_MODEL_RELATIONS",
-    "CONVERTED_TAG",
     "ModelCardInfo",
     "TranslationScores",
-    "is_hub_id",
     "measure_attention_sparsity",
+    "read_training_summary",
     "render_model_card",
+    "write_training_card",
 ]

@@ -21,11 +21,13 @@ from pathlib import Path
 from huggingface_hub import HfApi, constants, get_token
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from huggingface_hub.errors import HTTPError as HubTransportError  # the HTTP library's base error (httpx)
-from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers.dynamic_module_utils import get_relative_imports
 
-from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
-from .export import PICKLE_SUFFIXES, RUN_RECORD_FILES, check_folder_loads, check_safetensors_weights
+from ..common.hub_ids import check_repo_id
+from ..common.model_folder import PICKLE_SUFFIXES, check_safetensors_weights
+from ..common.records import RUN_RECORD_FILES
+from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
+from .export import check_folder_loads
 
 
 LOGIN_HINT = "log in with `hf auth login`, or set HF_TOKEN to a token with write access"
@@ -161,11 +163,11 @@ def push_folder(
                 f"and check that it may write to {repo_id.split('/')[0]!r}"
             ) from error
         raise HfEntmaxError(
-            f"cannot push to {repo_id!r}: the Hub answered HTTP {status}: {_one_line(error)}"
+            f"cannot push to {repo_id!r}: the Hub answered HTTP {status}: {one_line(error)}"
         ) from error
     except (HubTransportError, OSError) as error:  # connection refused, DNS failure, timeout, TLS failure
         raise HfEntmaxError(
-            f"cannot push: could not reach the Hub at {api.endpoint} ({_one_line(error) or type(error).__name__})"
+            f"cannot push: could not reach the Hub at {api.endpoint} ({one_line(error) or type(error).__name__})"
         ) from error
     url = getattr(commit, "pr_url", None) if create_pr else None
     return url or commit.commit_url
@@ -211,17 +213,6 @@ def select_upload_files(folder: str | os.PathLike) -> UploadSelection:
     return UploadSelection(files=sorted(selected), skipped=[path for path in every_file if path not in selected])
 
 
-def check_repo_id(repo_id: str, flag: str) -> str:
-    """``repo_id`` if it is a valid Hub repo id (``name`` or ``namespace/name``); a one-line error naming ``flag``."""
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as error:
-        raise HfEntmaxValueError(
-            f"{flag} {repo_id!r} is not a Hub repo id (expected user/name or organisation/name): {_one_line(error)}"
-        ) from None
-    return repo_id
-
-
 def _code_files(folder: Path) -> set[str]:
     """The top-level modules that ``config.json`` and ``tokenizer_config.json`` load as remote code, with the
     modules they import relatively (``from .entmax import …``), recursively."""
@@ -232,7 +223,7 @@ def _code_files(folder: Path) -> set[str]:
         try:
             config = json.loads((folder / config_name).read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise HfEntmaxValueError(f"{folder / config_name} is not valid JSON: {_one_line(error)}") from None
+            raise HfEntmaxValueError(f"{folder / config_name} is not valid JSON: {one_line(error)}") from None
         references = list((config.get("auto_map") or {}).values())
         references += [task.get("impl") for task in (config.get("custom_pipelines") or {}).values()]
         for reference in references:
@@ -289,8 +280,4 @@ def _offline() -> bool:
     return constants.HF_HUB_OFFLINE or (value is not None and value.strip().upper() in {"1", "ON", "YES", "TRUE"})
 
 
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())[:300]
-
-
-__all__ = ["UPLOAD_PATTERNS", "UploadSelection", "check_repo_id", "push_folder", "select_upload_files"]
+__all__ = ["UPLOAD_PATTERNS", "UploadSelection", "push_folder", "select_upload_files"]

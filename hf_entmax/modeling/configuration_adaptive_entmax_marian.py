@@ -11,6 +11,12 @@ from transformers import MarianConfig
 
 
 ATTENTION_TYPES = ("encoder_self", "decoder_self", "cross")
+# How cards, reports and messages name each attention type (lower-cased inside a sentence).
+ATTENTION_TITLES = {
+    "encoder_self": "Encoder self-attention",
+    "decoder_self": "Decoder self-attention",
+    "cross": "Cross-attention",
+}
 SIZE_FIELDS = (
     "vocab_size",
     "d_model",

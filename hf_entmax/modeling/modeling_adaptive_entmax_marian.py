@@ -43,7 +43,6 @@ from transformers.utils.output_capturing import OutputRecorder
 
 from .configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from .entmax import entmax
-from .pipeline_translation import TranslationPipeline
 
 
 try:  # With hf_entmax installed, CPU attention runs fused in its native kernel; this file alone composes it below.
@@ -268,8 +267,13 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
         ``custom_pipelines`` entry that makes ``pipeline("translation", model=folder,
         trust_remote_code=True)`` work. Arguments are those of ``PreTrainedModel.save_pretrained``.
         """
+        # Imported here: the pipeline's module loads transformers' pipelines and with them every tokenizer backend,
+        # which only saving needs, so that importing the model stays light.
+        from .pipeline_translation import TranslationPipeline
+
         os.makedirs(save_directory, exist_ok=True)
-        for source in _REMOTE_CODE:
+        # One object from each flat file that a saved folder needs (copied, with relative imports intact).
+        for source in (AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel, entmax, TranslationPipeline):
             shutil.copy(sys.modules[source.__module__].__file__, save_directory)
         self.config.auto_map = {
             "AutoConfig": _class_reference(AdaptiveEntmaxMarianConfig),
@@ -390,10 +394,6 @@ class AdaptiveEntmaxMarianMTModel(AdaptiveEntmaxMarianPreTrainedModel, MarianMTM
 def _class_reference(cls: type) -> str:
     """``"module.Class"`` as config.json's ``auto_map`` names a class in a flat remote-code folder."""
     return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
-
-
-# One object from each flat file that a saved folder needs (copied, with relative imports intact).
-_REMOTE_CODE = (AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel, entmax, TranslationPipeline)
 
 
 __all__ = [

@@ -43,7 +43,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from datasets import Dataset, DatasetDict, Features, Translation
 
-from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..common.hub_ids import is_hub_id
+from ..common.text_files import MAX_LISTED_LINES, iter_lines, listed_lines, read_aligned_lines
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
 from . import synthetic
 from .arguments import DataArguments
 
@@ -64,8 +66,6 @@ SPLIT_ALIASES = {
 }
 # Column names that tell source from target when the columns are not named by the language codes.
 SIDE_NAMES = (("source", "target"), ("src", "tgt"))
-# How many skipped line numbers the warning lists before it abbreviates.
-MAX_LISTED_LINES = 10
 # A language code as datasets name columns and translation keys: "de", "eng", "pt_BR", "zh-Hans".
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:[_-][a-z0-9]{2,8})*", re.IGNORECASE)
 # A column name of one to three plain words ("English", "text_de", "German text"); a sentence mostly has punctuation,
@@ -154,15 +154,7 @@ def read_text_pair(source_path: PathLike, target_path: PathLike, source_lang: st
     """
     check_language_pair(source_lang, target_lang)
     source_path, target_path = Path(source_path), Path(target_path)
-    # Both files are read whole before pairing: a count mismatch is only known at the end, and zipping two
-    # streams would silently pair misaligned lines up to that point.
-    sources = [line for _, line in iter_lines(source_path)]
-    targets = [line for _, line in iter_lines(target_path)]
-    if len(sources) != len(targets):
-        raise HfEntmaxValueError(
-            f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}; "
-            "line N of the source file must translate line N of the target file"
-        )
+    sources, targets = read_aligned_lines(source_path, target_path)
     pairs = (
         (line_no, source, target)
         for line_no, (source, target) in enumerate(zip(sources, targets, strict=True), start=1)
@@ -269,7 +261,7 @@ def load_named_dataset(dataset_name: str, config_name: str | None, source_lang: 
             f"--dataset_name {dataset_name!r} is a file, not a dataset: give it as --train_file "
             "(or --validation_file/--test_file)"
         )
-    elif dataset_name.startswith((".", "/", "~")) or dataset_name.count("/") > 1 or "\\" in dataset_name:
+    elif not is_hub_id(dataset_name):
         # Not a Hub id (those are "name" or "owner/name"): asking the Hub would only retry and fail.
         raise HfEntmaxFileNotFoundError(f"--dataset_name {dataset_name!r}: no such folder")
     else:
@@ -343,7 +335,9 @@ def load_saved_dataset(folder: Path) -> Dataset | DatasetDict:
     try:
         return datasets.load_from_disk(str(folder))
     except Exception as error:  # datasets and pyarrow raise many kinds; all mean "could not read it"
-        raise HfEntmaxValueError(f"could not read the saved dataset {folder}: {_one_line(error)}") from error
+        raise HfEntmaxValueError(
+            f"could not read the saved dataset {folder}: {one_line(error, None, cause=True)}"
+        ) from error
 
 
 def dataset_to_translation(dataset: Dataset, description: str, source_lang: str, target_lang: str) -> Dataset:
@@ -378,28 +372,6 @@ def limit_samples(dataset: Dataset, max_samples: int | None) -> Dataset:
     if max_samples >= len(dataset):
         return dataset
     return dataset.select(range(max_samples))
-
-
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_no, text)`` for each line, 1-based, without its line ending; the one decoder of every format."""
-    if not path.is_file():
-        what = "is a directory, not a file" if path.is_dir() else "does not exist"
-        raise HfEntmaxFileNotFoundError(f"data file {path} {what}")
-    # Binary mode and a per-line decode: a bad byte is reported with its line, and lines split on "\n" only
-    # (text mode and str.splitlines would also split on "\x85" or "\u2028", which can occur inside sentences).
-    with path.open("rb") as handle:
-        for line_no, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise HfEntmaxValueError(
-                    f"{path} line {line_no}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at byte offset "
-                    f"{error.start}); save the file as UTF-8"
-                ) from None
-            if line_no == 1:
-                # Some Windows editors start UTF-8 files with a byte-order mark; it is not part of the sentence.
-                text = text.removeprefix("\ufeff")
-            yield line_no, text.rstrip("\r\n")
 
 
 def _side_columns(names: Sequence[str], source_lang: str, target_lang: str, where: str) -> tuple[int, int] | None:
@@ -486,7 +458,7 @@ def _parse_delimited(path: Path, delimiter: str, source_lang: str, target_lang: 
         source_column, target_column = columns
         yield line_no, cells[source_column], cells[target_column]
     if csv_quoted_lines:
-        listed = _listed(csv_quoted_lines[:MAX_LISTED_LINES], len(csv_quoted_lines))
+        listed = listed_lines(csv_quoted_lines)
         logger.warning(
             f"{path}: {len(csv_quoted_lines)} line(s) have CSV-quoted fields (lines {listed}); a .tsv file is read "
             "literally, so their quotes stay in the text: write it without quoting (pandas: quoting=csv.QUOTE_NONE) "
@@ -525,10 +497,10 @@ def _parse_json(path: Path, source_lang: str, target_lang: str) -> Iterator[tupl
         yield from _parse_json_lines(path, lines, source_lang, target_lang)
         return
     first_line = lines[first].strip()
-    one_line = not any(line.strip() for line in lines[first + 1 :])
+    single_line = not any(line.strip() for line in lines[first + 1 :])
     # JSON lines when the first line holds a value of its own, or was meant to (it ends like one): then a broken
     # record is reported at its own line. A document (an array or object over several lines) opens otherwise.
-    if not one_line and (_is_json(first_line) or first_line.endswith(("}", "]"))):
+    if not single_line and (_is_json(first_line) or first_line.endswith(("}", "]"))):
         yield from _parse_json_lines(path, lines, source_lang, target_lang)
         return
     text = "\n".join(lines)
@@ -660,7 +632,9 @@ def _read_parquet(path: Path, source_lang: str, target_lang: str) -> Dataset:
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as error:
-        raise HfEntmaxValueError(f"{path}: not a readable Parquet file ({_one_line(error)})") from None
+        raise HfEntmaxValueError(
+            f"{path}: not a readable Parquet file ({one_line(error, None, cause=True)})"
+        ) from None
     sources, targets = _table_sides(table, str(path), source_lang, target_lang)
     return _build_dataset(sources, targets, str(path), source_lang, target_lang)
 
@@ -752,7 +726,7 @@ def _build_dataset(
         nouns = noun if num_skipped == 1 else noun + "s"
         logger.warning(
             f"skipped {num_skipped} {nouns} with an empty source or target in {description} "
-            f"({nouns} {_listed(positions, num_skipped)})"
+            f"({nouns} {listed_lines(positions, num_skipped)})"
         )
     if num_skipped == len(empty):
         raise HfEntmaxValueError(
@@ -795,11 +769,6 @@ def _choose_splits(split_names: list[str], dataset_name: str) -> dict[str, str]:
     return {split: chosen[split] for split in SPLITS if split in chosen}
 
 
-def _listed(first_positions: Sequence[int], total: int) -> str:
-    """The first line or row numbers of a warning, with "..." when there are more."""
-    return ", ".join(map(str, first_positions)) + (", ..." if total > len(first_positions) else "")
-
-
 def _is_saved_dataset(folder: Path) -> bool:
     return (folder / datasets.config.DATASETDICT_JSON_FILENAME).is_file() or (
         folder / datasets.config.DATASET_STATE_JSON_FILENAME
@@ -810,12 +779,4 @@ def _load_with_datasets(path: str, config_name: str | None, what: str, advice: s
     try:
         return datasets.load_dataset(path, config_name)
     except Exception as error:  # the datasets library raises many kinds; all mean "could not load"
-        raise HfEntmaxValueError(f"could not load {what}: {_one_line(error)}. {advice}") from error
-
-
-def _one_line(error: BaseException) -> str:
-    """An exception's message on one line, with its cause's (datasets wraps the informative error in a generic one)."""
-    message = " ".join(str(error).split())
-    if error.__cause__ is not None:
-        message += f" ({' '.join(str(error.__cause__).split())})"
-    return message
+        raise HfEntmaxValueError(f"could not load {what}: {one_line(error, None, cause=True)}. {advice}") from error

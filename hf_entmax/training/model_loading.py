@@ -10,7 +10,6 @@ A run starts from one of three places, and the α flags (`AlphaOptions`, given o
   replaces the checkpoint's per-attention-type values of the same option).
 """
 
-import json
 import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -19,16 +18,19 @@ import torch
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
-from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
-from ..hub.model_card import is_hub_id
+from ..common.config import build_config
+from ..common.hub_ids import is_hub_id
+from ..common.model_folder import read_model_config
+from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
 from ..modeling.configuration_adaptive_entmax_marian import (
+    ATTENTION_TITLES,
     ATTENTION_TYPES,
     AdaptiveEntmaxMarianConfig,
     AlphaOptions,
 )
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention, AdaptiveEntmaxMarianMTModel
 from .arguments import ModelArguments
-from .presets import build_config, preset_config_kwargs
+from .presets import preset_config_kwargs
 
 
 logger = logging.getLogger(__name__)
@@ -37,11 +39,7 @@ ALPHA_OPTION_NAMES = tuple(option.name for option in fields(AlphaOptions))
 # A MarianMT checkpoint's heads were trained as softmax: they start as learned α-entmax heads close to it.
 MARIAN_START_ALPHA = {"alpha_init": 1.1, "learn_alpha": True}
 FRESH_MODEL_DROPOUT = 0.1  # residual and attention dropout, unless --dropout is given
-ATTENTION_LABELS = {
-    "encoder_self": "encoder self-attention",
-    "decoder_self": "decoder self-attention",
-    "cross": "cross-attention",
-}
+ATTENTION_LABELS = {kind: title.lower() for kind, title in ATTENTION_TITLES.items()}  # inside a sentence
 
 
 @dataclass
@@ -66,14 +64,7 @@ def read_starting_point(model_name_or_path: str | None) -> StartingPoint:
     flag = f"--model_name_or_path {model_name_or_path}"
     path = Path(model_name_or_path).expanduser()
     if path.is_dir():
-        config_path = path / "config.json"
-        if not config_path.is_file():
-            raise HfEntmaxFileNotFoundError(f"{flag}: the folder has no config.json (not a model folder)")
-        try:
-            config_dict = json.loads(config_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise HfEntmaxValueError(f"{flag}: {config_path} is not valid JSON ({error})") from None
-        model_type = config_dict.get("model_type") if isinstance(config_dict, dict) else None
+        model_type = read_model_config(path, flag).get("model_type")
     elif path.exists() or not is_hub_id(model_name_or_path):
         raise HfEntmaxFileNotFoundError(f"{flag}: no such folder (give a model folder or a Hub id such as org/name)")
     else:
@@ -90,8 +81,7 @@ def read_starting_point(model_name_or_path: str | None) -> StartingPoint:
             else AutoConfig.from_pretrained(model_name_or_path)
         )
     except (OSError, ValueError) as error:
-        reason = " ".join(str(error).split())[:300]
-        raise HfEntmaxError(f"{flag}: could not load its config ({reason})") from None
+        raise HfEntmaxError(f"{flag}: could not load its config ({one_line(error)})") from None
     if config.model_type not in ("marian", AdaptiveEntmaxMarianConfig.model_type):
         raise HfEntmaxValueError(
             f"{flag} is a {config.model_type!r} model; hf-entmax trains AdaptiveEntmaxMarian models and starts from "

@@ -1,9 +1,6 @@
-"""How training makes a model config: named sizes, and a builder that turns bad settings into one-line errors."""
-
-from huggingface_hub.errors import StrictDataclassError
+"""The named model sizes of training (`--model_size`); `hf_entmax.common.config.build_config` makes the config."""
 
 from ..errors import HfEntmaxValueError
-from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 
 
 # Architecture only; vocabulary and special tokens come from the tokenizer.
@@ -46,13 +43,3 @@ def preset_config_kwargs(name: str) -> dict[str, int]:
     if name not in MODEL_PRESETS:
         raise HfEntmaxValueError(f"`model_size` must be one of {sorted(MODEL_PRESETS)}, got {name!r}")
     return dict(MODEL_PRESETS[name])
-
-
-def build_config(**fields) -> AdaptiveEntmaxMarianConfig:
-    """The model config; an inconsistent setting becomes a one-line error naming the flag."""
-    try:
-        return AdaptiveEntmaxMarianConfig(**fields)
-    except StrictDataclassError as error:
-        # The config's message names the field (`alpha_init`), which is also the flag's name.
-        reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
-        raise HfEntmaxValueError(f"invalid model settings: {reason}") from error

@@ -1,4 +1,5 @@
-"""What a training run records next to the model: the summary, α over training, the evaluations, the versions.
+"""What a training run records next to the model, made from the trainer's log: α over training and the
+evaluations during training (the file names, and the versions recorded, are in `hf_entmax.common.records`).
 
 `training_summary.json` is what `hf-entmax export` and the model card read; `alpha_history.json` is what
 `hf-entmax analyze` plots. Trainer's own files (``train_results.json``, ``eval_results.json``, ``test_results.json``,
@@ -6,16 +7,11 @@
 translation example writes them.
 """
 
-import importlib.metadata
 import re
 from enum import Enum
 
 
-SUMMARY_FILE = "training_summary.json"
-ALPHA_HISTORY_FILE = "alpha_history.json"
-PREDICTIONS_FILE = "generated_predictions.txt"
 _ALPHA_LOG_KEY = re.compile(r"alpha/(\w+)/layer_(\d+)/head_(\d+)")
-_VERSIONED_PACKAGES = ("hf_entmax", "transformers", "torch", "datasets", "tokenizers", "sacrebleu")
 
 
 def alpha_history(log_history: list[dict]) -> list[dict]:
@@ -60,17 +56,6 @@ def evaluations(log_history: list[dict]) -> list[dict]:
                 }
             )
     return rows
-
-
-def framework_versions() -> dict[str, str]:
-    """Installed versions of the packages a run depends on, for the summary and the model card."""
-    versions = {}
-    for package in _VERSIONED_PACKAGES:
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return versions
 
 
 def plain(value: object) -> object:

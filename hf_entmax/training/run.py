@@ -6,7 +6,8 @@ files or the built-in synthetic pair), get a tokenizer (given, the model's, or t
 (fresh from a size preset, an AdaptiveEntmaxMarian checkpoint, or a MarianMT checkpoint whose softmax heads become
 α-entmax heads; see `model_loading`), tokenize, then train, evaluate and predict as ``--do_train``/``--do_eval``/
 ``--do_predict`` ask (all three with the data there is, when none is given), with sacreBLEU and chrF, and save a
-self-contained folder with the files run_translation.py writes.
+self-contained folder with the files run_translation.py writes. The model card (README.md) is written by the layer
+above, which knows where the model goes: `hf-entmax train` calls `hf_entmax.hub.model_card.write_training_card`.
 """
 
 import json
@@ -27,29 +28,28 @@ from transformers import (
     set_seed,
 )
 
+from ..common.records import (
+    ALPHA_HISTORY_FILE,
+    CONVERTED_TAG,
+    PREDICTIONS_FILE,
+    SUMMARY_FILE,
+    SYNTHETIC_DATA,
+    framework_versions,
+)
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
-from ..hub.model_card import CONVERTED_TAG, ModelCardInfo, render_model_card
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .arguments import DataArguments, ModelArguments
 from .data import limit_samples, load_parallel_data
 from .metrics import sacrebleu_signatures, translation_metrics
 from .model_loading import StartingPoint, describe_alpha, load_model, read_starting_point
-from .records import (
-    ALPHA_HISTORY_FILE,
-    PREDICTIONS_FILE,
-    SUMMARY_FILE,
-    alpha_history,
-    evaluations,
-    framework_versions,
-    plain,
-)
+from .records import alpha_history, evaluations, plain
 from .tokenizer import train_joint_tokenizer
 from .trainer import AdaptiveEntmaxTrainer
 
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ALPHA_HISTORY_FILE", "SUMMARY_FILE", "train"]
+__all__ = ["train"]
 DEFAULT_NUM_BEAMS = 4
 
 
@@ -241,7 +241,7 @@ def resolve_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | None:
 def describe_data(data_args: DataArguments) -> str | dict:
     """The summary's "data": the synthetic pair, a Hub dataset id, or the local files and folders by flag."""
     if data_args.uses_synthetic_data():
-        return "built-in synthetic pair"
+        return SYNTHETIC_DATA
     if data_args.dataset_name is not None and not Path(data_args.dataset_name).exists():
         return data_args.dataset_name
     local = dict(data_args.local_files())
@@ -354,7 +354,8 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
     """Train, evaluate and predict as the stages ask; returns the run's summary (also in ``training_summary.json``).
 
     The output folder loads with ``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``
-    and ``pipeline("translation", model=folder, trust_remote_code=True)``, also without hf_entmax.
+    and ``pipeline("translation", model=folder, trust_remote_code=True)``, also without hf_entmax. Its model card
+    (README.md) is one more call: ``hf_entmax.hub.model_card.write_training_card(training_args.output_dir)``.
     """
     output_dir = Path(training_args.output_dir)
     check_output_dir(output_dir, model_args.model_name_or_path, getattr(training_args, "overwrite_output_dir", False))
@@ -491,7 +492,6 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
         if stages.train:
             (output_dir / ALPHA_HISTORY_FILE).write_text(json.dumps(alpha_history(trainer.state.log_history)) + "\n")
-            render_model_card(model, ModelCardInfo.from_training_summary(summary)).save(output_dir / "README.md")
             # Trainer pickles its arguments next to the model; the folder is meant for the Hub, which should get
             # safetensors and JSON only (each checkpoint-* keeps its copy, training_summary.json the values).
             (output_dir / "training_args.bin").unlink(missing_ok=True)
