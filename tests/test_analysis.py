@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import SENTENCES, tiny_model
+from helpers import SENTENCES, tiny_model
 from transformers import MarianConfig, MarianMTModel
 
 from hf_entmax import ModelAnalysis, analyze_model

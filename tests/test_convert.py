@@ -6,7 +6,7 @@ import shutil
 import pytest
 import sentencepiece
 import torch
-from conftest import SENTENCES, tiny_config
+from helpers import SENTENCES, tiny_config
 from huggingface_hub import ModelCard, constants
 from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel, MarianTokenizer
 

@@ -4,14 +4,14 @@ import json
 
 import pytest
 import torch
-from conftest import SENTENCES, tiny_model
+from helpers import SENTENCES, tiny_model
 from huggingface_hub import ModelCard
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel, analyze_model
 from hf_entmax.analysis.report import write_report
 from hf_entmax.cli import main
 from hf_entmax.common.records import CONVERTED_TAG
-from hf_entmax.errors import HfEntmaxValueError
+from hf_entmax.errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from hf_entmax.hub import (
     ModelCardInfo,
     check_folder_loads,
@@ -19,6 +19,7 @@ from hf_entmax.hub import (
     find_pickle_files,
     measure_attention_sparsity,
     render_model_card,
+    write_training_card,
 )
 
 
@@ -356,6 +357,22 @@ def test_a_training_output_card_has_its_results_evaluations_and_settings(model, 
     assert "- Preprocessing: sources truncated to 128 tokens; targets truncated to 64 tokens; no source prefix" in body
     assert "Trained with:\n\n- hf_entmax 0.1.0\n- transformers 5.24.0\n- torch 2.13.0+cpu" in body
     assert "## Intended uses & limitations\n\nTranslation from de to en of text like the training data" in body
+
+
+def test_the_training_card_is_written_from_the_folder_as_from_the_trained_model(model, tokenizer, tmp_path):
+    """`write_training_card` (what `hf-entmax train` calls after `train()`) reads the model back from the folder:
+    its card says what the trained model in memory would, α table and size included."""
+    folder = make_training_output(model, tokenizer, tmp_path / "trained", FULL_SUMMARY)
+    assert write_training_card(folder) == folder / "README.md"
+    written = ModelCard.load(folder / "README.md")
+    render_model_card(model, ModelCardInfo.from_training_summary(FULL_SUMMARY)).save(tmp_path / "expected.md")
+    expected = ModelCard.load(tmp_path / "expected.md")
+    assert written.content == expected.content
+    assert f"({model.num_parameters():,} parameters" in written.text
+
+    (folder / "training_summary.json").unlink()
+    with pytest.raises(HfEntmaxFileNotFoundError, match=r"no training_summary\.json there"):
+        write_training_card(folder)
 
 
 def test_the_epochs_appear_when_they_governed_training(model):

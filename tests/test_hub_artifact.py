@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 
 from hf_entmax import TranslationPipeline
 from hf_entmax.modeling import entmax as entmax_module

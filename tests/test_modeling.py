@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
+from helpers import tiny_config, tiny_model
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
 

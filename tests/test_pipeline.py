@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
 from hf_entmax import TranslationPipeline

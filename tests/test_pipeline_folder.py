@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 from transformers import GenerationConfig
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import tiny_model
+from helpers import tiny_model
 from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, Response
 

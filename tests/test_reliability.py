@@ -38,7 +38,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import SENTENCES, tiny_config, tiny_model
+from helpers import SENTENCES, tiny_config, tiny_model
 from huggingface_hub import constants
 from huggingface_hub.errors import StrictDataclassError
 from safetensors.torch import load_file

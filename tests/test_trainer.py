@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import SENTENCES, tiny_model
+from helpers import SENTENCES, tiny_model
 from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainingArguments
 
 from hf_entmax.training.metrics import corpus_scores, translation_metrics

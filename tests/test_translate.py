@@ -9,7 +9,7 @@ import shutil
 import pytest
 import sacrebleu
 import torch
-from conftest import SENTENCES, tiny_model
+from helpers import SENTENCES, tiny_model
 from huggingface_hub import constants
 from transformers import MarianConfig, MarianMTModel
 

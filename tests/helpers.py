@@ -1,0 +1,47 @@
+"""Tiny models and sentences, made in code (no test downloads anything): import them with ``from helpers import ...``.
+
+pytest puts this folder on ``sys.path`` (the default ``prepend`` import mode, tests/ being no package), so the test
+modules import this plain module; the fixtures built on it are in conftest.py.
+"""
+
+import torch
+
+from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
+
+
+SENTENCES = [
+    "der kleine hund läuft schnell",
+    "the small dog runs fast",
+    "zwei katzen schlafen im haus",
+    "two cats sleep in the house",
+    "ein mann liest ein buch",
+    "a man reads a book",
+    "die frau trinkt kaffee",
+    "the woman drinks coffee",
+]
+
+
+def tiny_config(vocab_size: int = 64, **overrides) -> AdaptiveEntmaxMarianConfig:
+    """A 2+2-layer, 4-head, d_model 32 config with Marian's token conventions (pad 0 starts decoding)."""
+    settings = dict(
+        vocab_size=vocab_size,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        forced_eos_token_id=1,
+    )
+    settings.update(overrides)
+    return AdaptiveEntmaxMarianConfig(**settings)
+
+
+def tiny_model(seed: int = 0, **overrides) -> AdaptiveEntmaxMarianMTModel:
+    torch.manual_seed(seed)
+    return AdaptiveEntmaxMarianMTModel(tiny_config(**overrides)).eval()
