@@ -9,6 +9,18 @@ import torch
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
 
 
+# What a saved model folder holds to load anywhere without hf_entmax: weights, configs, tokenizer and the flat code.
+SAVED_FOLDER_FILES = {
+    "model.safetensors",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "configuration_adaptive_entmax_marian.py",
+    "modeling_adaptive_entmax_marian.py",
+    "entmax.py",
+    "pipeline_translation.py",
+}
 SENTENCES = [
     "der kleine hund läuft schnell",
     "the small dog runs fast",

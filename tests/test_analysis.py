@@ -195,6 +195,7 @@ def model_folders(tokenizer, tmp_path):
     return adaptive, tmp_path
 
 
+@pytest.mark.slow
 def test_analyze_command_compares_models_in_figures_and_report(model_folders, capsys):
     adaptive, folder = model_folders
     output = folder / "analysis"

@@ -37,6 +37,7 @@ def test_demo_flags_override_its_defaults():
     assert data_args.uses_synthetic_data()
 
 
+@pytest.mark.slow
 def test_demo_trains_evaluates_and_translates_through_the_remote_code_pipeline(tmp_path, capsys):
     output = tmp_path / "demo"
     quick = ["--max_steps", "2", "--synthetic_train_size", "200", "--max_eval_samples", "4"]

@@ -46,6 +46,7 @@ def source_model(folder) -> MarianMTModel:
     return MarianMTModel.from_pretrained(folder).eval()
 
 
+@pytest.mark.slow
 def test_converted_model_computes_the_same_function(marian_folder, tokenizer, tmp_path):
     report = convert_marian(str(marian_folder), tmp_path / "out", check_sentences=SENTENCES[:4])
     assert report.same_function_expected
@@ -70,6 +71,7 @@ def test_converted_model_computes_the_same_function(marian_folder, tokenizer, tm
         assert torch.equal(converted.generate(**inputs, **options), source.generate(**inputs, **options))
 
 
+@pytest.mark.slow
 def test_every_weight_is_carried_over_and_tied_weights_stay_tied(marian_folder, tmp_path):
     output = tmp_path / "out"
     convert_marian(str(marian_folder), output)
@@ -95,6 +97,7 @@ def test_every_weight_is_carried_over_and_tied_weights_stay_tied(marian_folder, 
     assert find_pickle_files(output) == []
 
 
+@pytest.mark.slow
 def test_alpha_options_are_applied_and_the_report_says_it_is_another_function(marian_folder, tmp_path):
     report = convert_marian(
         str(marian_folder),
@@ -158,6 +161,7 @@ def opus_mt_style_folder(folder):
 
 
 @pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+@pytest.mark.slow
 def test_an_opus_mt_style_checkpoint_converts_with_its_marian_tokenizer(tmp_path, capsys):
     folder = opus_mt_style_folder(tmp_path / "opus-mt-de-en")
     assert main(["convert", "--model", str(folder), "--output", str(tmp_path / "out"), "--no-check_load"]) == 0
@@ -185,6 +189,7 @@ def test_refuses_a_checkpoint_that_is_not_marian(tmp_path, tokenizer):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_pickle_weights_need_an_explicit_flag_and_never_reach_the_output(marian_folder, tmp_path):
     folder = tmp_path / "pickled"
     shutil.copytree(marian_folder, folder)

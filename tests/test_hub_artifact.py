@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import SAVED_FOLDER_FILES, tiny_model
 
 from hf_entmax import TranslationPipeline
 from hf_entmax.modeling import entmax as entmax_module
@@ -31,17 +31,7 @@ def saved_folder(tmp_path, tokenizer):
 def test_folder_holds_safetensors_remote_code_and_pipeline_entry(saved_folder):
     _, folder = saved_folder
     files = {path.name for path in folder.iterdir()}
-    assert {
-        "model.safetensors",
-        "config.json",
-        "generation_config.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "configuration_adaptive_entmax_marian.py",
-        "modeling_adaptive_entmax_marian.py",
-        "entmax.py",
-        "pipeline_translation.py",
-    } <= files
+    assert SAVED_FOLDER_FILES <= files
     assert not [name for name in files if name.endswith((".bin", ".pt", ".pkl"))]
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "adaptive_entmax_marian"
@@ -68,6 +58,7 @@ def test_remote_code_files_import_only_torch_and_transformers(saved_folder):
                 )
 
 
+@pytest.mark.slow
 def test_loads_and_translates_without_hf_entmax_installed(saved_folder, tokenizer, tmp_path, monkeypatch):
     model, folder = saved_folder
     # Without hf_entmax the folder's own files run their PyTorch implementation: compare like with like, bit for bit

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from helpers import tiny_model
 from transformers import GenerationConfig
@@ -18,6 +19,7 @@ from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 SOURCES = ["der kleine hund läuft", "zwei katzen schlafen im haus", "ein mann"]
 
 
+@pytest.mark.slow
 def test_pipeline_of_a_trained_folder_honours_length_limits_without_generation_warnings(
     tokenizer, tmp_path, monkeypatch
 ):

@@ -65,6 +65,7 @@ def http_error(status: int) -> HfHubHTTPError:
     return HfHubHTTPError(f"{status} Client Error for url: {request_url}", response=response)
 
 
+@pytest.mark.slow
 def test_uploads_exactly_the_checked_folder(hub_folder, online):
     api = FakeHfApi()
     url = push_folder(hub_folder, "someone/model", private=True, revision="v1", api=api)  # with the real load check
@@ -128,6 +129,7 @@ def add_training_leftovers(folder: Path) -> dict[str, list[str]]:
     return {"uploaded": list(uploaded), "skipped": list(skipped)}
 
 
+@pytest.mark.slow
 def test_a_training_output_uploads_only_the_model_files(hub_folder, tmp_path, online, monkeypatch, capsys):
     folder = shutil.copytree(hub_folder, tmp_path / "trained")
     added = add_training_leftovers(folder)
@@ -188,6 +190,7 @@ def test_refuses_a_folder_whose_code_file_is_missing(hub_folder, tmp_path, onlin
     assert api.calls == []
 
 
+@pytest.mark.slow
 def test_refuses_a_folder_that_does_not_load_without_hf_entmax(hub_folder, tmp_path, online):
     folder = shutil.copytree(hub_folder, tmp_path / "hub")
     modeling = folder / "modeling_adaptive_entmax_marian.py"

@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 from huggingface_hub import constants
 from transformers import MarianConfig, MarianMTModel
@@ -105,6 +106,7 @@ class RecordingHfApi:
         return SimpleNamespace(commit_url=f"https://huggingface.co/{kwargs['repo_id']}/commit/0", pr_url=None)
 
 
+@pytest.mark.slow
 def test_every_readme_example_runs_as_shown(tmp_path, monkeypatch, capsys):
     commands = readme_commands()
     subcommands = [command[0] for command in commands]

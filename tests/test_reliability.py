@@ -537,7 +537,7 @@ def probe_export_sharded_over_a_single_file_export(bench):
     return documented(ok and _weights_equal(earlier, newer), f"files after the export: {names}")
 
 
-@probe(2, DOCUMENTED)
+@probe(2, DOCUMENTED, slow=True)
 def probe_convert_over_a_sharded_export(bench):
     """convert into an earlier sharded export: no shard of the earlier model is left"""
     earlier = bench.hub_folder()
@@ -1188,31 +1188,31 @@ def probe_convert_api_unknown_option(bench):
     return api(lambda: convert_marian(str(marian), output, alpha_initt=1.2), "alpha_initt")
 
 
-@probe(7, pending="hf_entmax/modeling/entmax.py: refuse scores that are not floating point, naming the dtype")
+@probe(7)
 def probe_entmax_complex_scores(bench):
     """entmax(complex scores, 1.5)"""
     return api(lambda: entmax(torch.randn(2, 3, dtype=torch.complex64), 1.5), "complex64")
 
 
-@probe(7, pending="hf_entmax/modeling/entmax.py: refuse scores that are not floating point, naming the dtype")
+@probe(7)
 def probe_entmax15_integer_scores(bench):
     """entmax15(integer scores)"""
     return api(lambda: entmax15(torch.tensor([[1, 2, 3]])), "int64")
 
 
-@probe(7, pending="hf_entmax/modeling/entmax.py: refuse an α that is not a number or a tensor, naming `alpha`")
+@probe(7)
 def probe_entmax_alpha_text(bench):
     """entmax(scores, "1.5")"""
     return api(lambda: entmax(torch.randn(2, 3), "1.5"), "alpha")
 
 
-@probe(7, pending="hf_entmax/modeling/entmax.py: refuse an α that is not a number or a tensor, naming `alpha`")
+@probe(7)
 def probe_entmax_alpha_none(bench):
     """entmax(scores, None)"""
     return api(lambda: entmax(torch.randn(2, 3), None), "alpha")
 
 
-@probe(7, DOCUMENTED, pending="hf_entmax/modeling/entmax.py: rows of no entries give an empty result, as softmax")
+@probe(7, DOCUMENTED)
 def probe_mappings_of_empty_rows(bench):
     """entmax, entmax15, sparsemax and softmax (α = 1) of scores of shape (3, 0) and (0, 4)"""
     mappings = {"entmax": lambda x: entmax(x, 1.5), "entmax15": entmax15, "sparsemax": sparsemax}
@@ -1265,7 +1265,7 @@ def probe_train_max_source_length_zero(bench):
     return cli(bench.train_argv(bench.folder() / "run", "--max_source_length", "0"), "--max_source_length", "0")
 
 
-@probe(8, pending="hf_entmax/modeling/entmax.py `_check_alpha`: line α up with the scores from the right")
+@probe(8)
 def probe_alpha_of_one_dimension_on_the_pytorch_path(bench):
     """entmax(scores (4, 4), α of shape (4,)) on the PyTorch path: refused (α must have size 1 along `dim`)"""
     import hf_entmax.modeling.entmax as mappings
@@ -1277,7 +1277,7 @@ def probe_alpha_of_one_dimension_on_the_pytorch_path(bench):
         mappings.native_entmax = native
 
 
-@probe(8, pending="hf_entmax/modeling/entmax.py `_check_alpha`: line α up with the scores from the right")
+@probe(8)
 def probe_alpha_of_one_dimension_on_the_kernel(bench):
     """entmax(scores (4, 4), α of shape (4,)) on the native kernel: refused, naming `alpha` and `dim`"""
     return api(lambda: entmax(torch.randn(4, 4), torch.tensor([1.1, 1.5, 1.8, 2.0])), "alpha", "dim")

@@ -59,6 +59,7 @@ def flags(options: dict[str, str]) -> list[str]:
     return [item for pair in options.items() for item in pair]
 
 
+@pytest.mark.slow
 def test_train_on_local_files_writes_a_complete_self_contained_folder(tmp_path, data_files):
     output = tmp_path / "model"
     argv = ["train", *flags(data_files), "--source_lang", "en", "--target_lang", "syn", "--output_dir", str(output)]
@@ -107,6 +108,7 @@ def test_train_on_local_files_writes_a_complete_self_contained_folder(tmp_path, 
     assert set(translator("the dog sleeps", max_new_tokens=4)[0]) == {"translation_text"}
 
 
+@pytest.mark.slow
 def test_text_file_pairs_and_jsonl_are_accepted(tmp_path, pairs):
     (tmp_path / "train.en").write_text("\n".join(source for source, _ in pairs[:40]) + "\n")
     (tmp_path / "train.syn").write_text("\n".join(target for _, target in pairs[:40]) + "\n")
@@ -127,6 +129,7 @@ def test_text_file_pairs_and_jsonl_are_accepted(tmp_path, pairs):
     assert summary["num_examples"] == {"train": 40, "validation": 8}
 
 
+@pytest.mark.slow
 def test_fixed_alpha_and_alpha_learning_rate_flags(tmp_path, data_files):
     output = tmp_path / "model"
     argv = ["train", "--train_file", data_files["--train_file"], "--source_lang", "en", "--target_lang", "syn"]
@@ -228,6 +231,7 @@ def run_cli(argv, **kwargs):
     return subprocess.run(argv, env=environment, capture_output=True, text=True, timeout=600, **kwargs)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint_without_losing_data(tmp_path):
     train_file = write_tsv(tmp_path / "train.tsv", fixed_length_pairs(400, seed=0))
     common = ["train", "--train_file", train_file, "--source_lang", "xx", "--target_lang", "yy", *FAST]
@@ -262,6 +266,7 @@ def test_killed_run_resumes_from_its_last_checkpoint_without_losing_data(tmp_pat
         torch.testing.assert_close(actual[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow
 def test_two_process_ddp_matches_one_process_at_equal_global_batch(tmp_path):
     train_file = write_tsv(tmp_path / "train.tsv", fixed_length_pairs(64, seed=1))
     common = ["train", "--train_file", train_file, "--source_lang", "xx", "--target_lang", "yy", *FAST]

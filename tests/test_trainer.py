@@ -62,6 +62,7 @@ def test_alpha_learning_rate_defaults_to_ten_times_the_models(tmp_path, tokenize
     assert optimizer.param_groups[0]["lr"] == pytest.approx(trainer.args.learning_rate)
 
 
+@pytest.mark.slow
 def test_training_moves_alpha_and_logs_it_at_every_logging_step(tmp_path, tokenizer, train_features):
     trainer = make_trainer(tmp_path, tokenizer, train_features, alpha_learning_rate=0.05)
     before = trainer.model.get_alphas()

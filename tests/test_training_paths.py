@@ -224,6 +224,7 @@ def test_recipe_none_is_trainers_defaults():
     assert model_args.alpha_learning_rate == 5e-5
 
 
+@pytest.mark.slow
 def test_alpha_learning_rate_zero_freezes_alpha(tmp_path, files):
     output = tmp_path / "frozen"
     argv = ["train", "--train_file", files["train"], *PAIR, *QUICK, "--model_size", "tiny", "--vocab_size", "200"]
@@ -362,6 +363,7 @@ def test_flags_that_would_be_ignored_are_refused(flags, message):
         parse_arguments(flags)
 
 
+@pytest.mark.slow
 def test_a_run_never_replaces_files_it_did_not_write(tmp_path, files, adaptive_folder, capsys):
     argv = ["train", "--train_file", files["train"], *PAIR, *QUICK, "--model_size", "tiny", "--vocab_size", "200"]
     project = tmp_path / "project"

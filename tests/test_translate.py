@@ -63,6 +63,7 @@ def greedy_one_by_one(model, tokenizer, sentences: list[str], **generate_kwargs)
     return translations
 
 
+@pytest.mark.slow
 def test_one_line_per_input_line_and_batching_never_changes_a_translation(adaptive, tokenizer):
     expected = greedy_one_by_one(adaptive, tokenizer, [line.strip() for line in INPUT_LINES if line.strip()])
     assert len(set(expected)) == len(expected), (
