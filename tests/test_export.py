@@ -8,7 +8,7 @@ from helpers import SAVED_FOLDER_FILES, SENTENCES, tiny_model
 from huggingface_hub import ModelCard
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel, analyze_model
-from hf_entmax.analysis.report import write_report
+from hf_entmax.analysis.report import mean_sparsity, summarize, write_report
 from hf_entmax.cli import main
 from hf_entmax.common.records import CONVERTED_TAG
 from hf_entmax.errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
@@ -17,7 +17,6 @@ from hf_entmax.hub import (
     check_folder_loads,
     export_hub_folder,
     find_pickle_files,
-    measure_attention_sparsity,
     render_model_card,
     write_training_card,
 )
@@ -172,16 +171,20 @@ def test_model_card_metadata_round_trips_and_the_body_has_the_alpha_table(model,
     assert "carried over unchanged" not in body
 
 
-def test_attention_sparsity_is_measured_and_shown(tokenizer, tmp_path):
+def test_attention_sparsity_is_the_analysis_measure_and_shown(tokenizer, tmp_path):
     sparsemax = tiny_model(vocab_size=len(tokenizer), init_std=0.5, alpha_init=2.0, learn_alpha=False)
     softmax = tiny_model(vocab_size=len(tokenizer), init_std=0.5, alpha_init=1.0, learn_alpha=False)
-    assert measure_attention_sparsity(softmax, tokenizer, SENTENCES[:3], max_new_tokens=8) == {
-        "encoder_self": 0.0,
-        "decoder_self": 0.0,
-        "cross": 0.0,
-    }
-    sparsity = measure_attention_sparsity(sparsemax, tokenizer, SENTENCES[:3], max_new_tokens=8)
+
+    def analysis(model):
+        return analyze_model(model, SENTENCES[:3], tokenizer=tokenizer, max_length=8, progress=False)
+
+    assert mean_sparsity(analysis(softmax)) == {"encoder_self": 0.0, "decoder_self": 0.0, "cross": 0.0}
+    sparse_analysis = analysis(sparsemax)
+    sparsity = mean_sparsity(sparse_analysis)
     assert all(0.2 < value < 1 for value in sparsity.values()), sparsity
+    # One definition: the card's number is 1 − the density the analysis reports (rounded there to 4 decimals)
+    for kind, summary in summarize(sparse_analysis).items():
+        assert sparsity[kind] == pytest.approx(1 - summary["mean_density"], abs=5e-5)
 
     info = ModelCardInfo(source_lang="de", target_lang="en", mean_sparsity=sparsity)
     body = render_model_card(sparsemax, info).text
@@ -241,6 +244,10 @@ def test_export_command_builds_the_card_from_the_training_summary(model, tokeniz
     assert card.data.model_name == "entmax-de-en"
     assert {result.metric_value for result in card.data.eval_results} == {35.12, 56.5, 34.2, 54.25}
     assert "### Attention sparsity" in card.text
+    exported = AdaptiveEntmaxMarianMTModel.from_pretrained(trained)
+    sparsity = mean_sparsity(analyze_model(exported, SENTENCES[:3], tokenizer=tokenizer, progress=False))
+    assert f"| Cross-attention | {100 * sparsity['cross']:.1f}% |" in card.text  # what `analyze` measures
+    capsys.readouterr()  # loading's progress bars
     assert "(29,000 pairs" not in card.text and "train: 29,000 pairs" in card.text
     assert "It was trained from scratch" in card.text
 

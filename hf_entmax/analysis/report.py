@@ -159,6 +159,15 @@ DEFINITIONS = {
 }
 
 
+def mean_sparsity(analysis: ModelAnalysis) -> dict[str, float]:
+    """Share of exact zeros per attention type: 1 − the mean density (see `DEFINITIONS`), so that a model card and
+    an analysis report of the same model and sentences print the same number.
+
+    Averaged over queries within each head, then over heads and layers, as the density is.
+    """
+    return {kind: 1.0 - statistics.density.nanmean().item() for kind, statistics in analysis.attention.items()}
+
+
 def summarize(analysis: ModelAnalysis) -> dict[str, dict[str, Any]]:
     """Headline numbers per attention type: α range and mean, mean density and JS divergence, role counts."""
     summary = {}

@@ -14,14 +14,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..analysis.report import model_card_section
+from ..analysis.collect import analyze_model
+from ..analysis.report import mean_sparsity, model_card_section
 from ..common.hub_ids import check_repo_id
 from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer
 from ..common.records import RUN_RECORD_FILES, SUMMARY_FILE
 from ..common.text_files import read_sentences
 from ..errors import HfEntmaxFileNotFoundError
 from ..hub.export import check_export_target, export_hub_folder
-from ..hub.model_card import ModelCardInfo, measure_attention_sparsity, read_training_summary
+from ..hub.model_card import ModelCardInfo, read_training_summary
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .hub_folder import add_hub_folder_arguments, check_written_folder
@@ -90,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         card = ModelCardInfo(**overrides, base_model_relation="fine-tuned" if args.base_model else None)
     if args.sparsity_sentences:
-        card.mean_sparsity = measure_attention_sparsity(
-            model, tokenizer, read_sentences(args.sparsity_sentences, "--sparsity_sentences")
-        )
+        sentences = read_sentences(args.sparsity_sentences, "--sparsity_sentences")
+        # The analysis's measure on the model's own translations, so the card agrees with `hf-entmax analyze`.
+        card.mean_sparsity = mean_sparsity(analyze_model(model, sentences, tokenizer=tokenizer, progress=False))
 
     extra_files = {name: folder / name for name in RUN_RECORD_FILES if (folder / name).is_file()}
     if args.analysis:

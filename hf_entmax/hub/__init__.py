@@ -6,7 +6,6 @@ from .export import check_folder_loads, export_hub_folder
 from .model_card import (
     ModelCardInfo,
     TranslationScores,
-    measure_attention_sparsity,
     render_model_card,
     write_training_card,
 )
@@ -21,7 +20,6 @@ __all__ = [
     "convert_marian",
     "export_hub_folder",
     "find_pickle_files",
-    "measure_attention_sparsity",
     "push_folder",
     "render_model_card",
     "write_training_card",

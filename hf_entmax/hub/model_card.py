@@ -18,9 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import PreTrainedTokenizerBase
 
 from ..common.hub_ids import is_hub_id
 from ..common.model_folder import load_pretrained
@@ -93,7 +91,8 @@ class ModelCardInfo:
         training_note: A sentence shown in the training section (e.g. that a run only evaluated).
         intended_use: What the model is for; by default derived from the relation and the languages.
         framework_versions: ``{package: version}`` of the software that trained (or wrote) the model.
-        mean_sparsity: Fraction of exactly-zero attention probabilities per attention type, if measured.
+        mean_sparsity: Share of exact zeros in attention per attention type, if measured
+            (`hf_entmax.analysis.report.mean_sparsity`: 1 − the analysis's mean density).
         analysis: Markdown of the card's attention analysis section (from an `hf-entmax analyze` report, see
             `hf_entmax.analysis.report.model_card_section`), if any.
         tags: Tags added to the default ones (`entmax`, `sparse-attention`, …).
@@ -513,53 +512,10 @@ def _number(value: Any, decimals: int) -> str:
     return plain_text(value)
 
 
-@torch.no_grad()
-def measure_attention_sparsity(
-    model: AdaptiveEntmaxMarianMTModel,
-    tokenizer: PreTrainedTokenizerBase,
-    sentences: list[str],
-    max_new_tokens: int = 32,
-) -> dict[str, float]:
-    """Fraction of exactly-zero attention probabilities per attention type, over the model's own translations.
-
-    Only entries a head could attend to count: real (non-padding) queries and keys, and for decoder
-    self-attention keys at or before the query.
-    """
-    model.eval()
-    inputs = tokenizer(sentences, return_tensors="pt", padding=True, truncation=True).to(model.device)
-    decoder_input_ids = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
-    outputs = model(**inputs, decoder_input_ids=decoder_input_ids, output_attentions=True)
-
-    source_mask = inputs["attention_mask"].bool()  # (B, S)
-    # Decoder positions after the first end-of-sequence token are padding.
-    is_eos = decoder_input_ids == model.config.eos_token_id
-    target_mask = (is_eos.long().cumsum(-1) - is_eos.long()) == 0  # (B, T)
-    length = target_mask.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=model.device).tril()  # (T, T)
-    valid = {
-        "encoder_self": source_mask[:, :, None] & source_mask[:, None, :],  # (B, S, S)
-        "decoder_self": target_mask[:, :, None] & target_mask[:, None, :] & causal,  # (B, T, T)
-        "cross": target_mask[:, :, None] & source_mask[:, None, :],  # (B, T, S)
-    }
-    attentions = {
-        "encoder_self": outputs.encoder_attentions,
-        "decoder_self": outputs.decoder_attentions,
-        "cross": outputs.cross_attentions,
-    }
-    sparsity = {}
-    for kind, layers in attentions.items():
-        mask = valid[kind][:, None]  # (B, 1, Q, K): the same for every head
-        zeros = sum(((probabilities == 0) & mask).sum().item() for probabilities in layers)
-        total = sum(mask.expand_as(probabilities).sum().item() for probabilities in layers)
-        sparsity[kind] = zeros / total
-    return sparsity
-
-
 __all__ = [
     "BASE_MODEL_RELATIONS",
     "ModelCardInfo",
     "TranslationScores",
-    "measure_attention_sparsity",
     "read_training_summary",
     "render_model_card",
     "write_training_card",
