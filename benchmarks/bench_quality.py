@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from runs import multi30k_flags, run, scores
-from tables import write_table
+from tables import write_tables
 
 
 VARIANTS = {
@@ -50,8 +50,8 @@ def main() -> None:
     parser.add_argument("--max_steps", type=int, default=1200)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--extra", default="", help="flags added to every run (e.g. for a quick check of the script)")
-    parser.add_argument("--markdown", default=None, help="put the table into this Markdown file")
-    parser.add_argument("--table", default="quality", help="the name of the table's markers in --markdown")
+    parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
+    parser.add_argument("--table", default="quality", help="the name of the table's markers in the --markdown files")
     arguments = parser.parse_args()
 
     variants = dict(VARIANTS)
@@ -105,7 +105,7 @@ def main() -> None:
     )
     if arguments.markdown:
         command = shlex.join(["python", "benchmarks/bench_quality.py", *sys.argv[1:]])
-        write_table(arguments.markdown, arguments.table, f"{table}\n\nMeasured with `{command}`.")
+        write_tables(arguments.markdown, {arguments.table: f"{table}\n\nMeasured with `{command}`."})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What `hf-entmax train`'s default recipes reach at a fixed budget, through the commands users type (Multi30k de→en).
 
     python benchmarks/bench_recipes.py --data_dir ../shared/data/multi30k [--max_steps 1200] [--fine_tune_steps 400]
-        [--markdown docs/tables/recipes.md]
+        [--markdown README.md docs/benchmarks.md]
 
 Runs, each a `hf-entmax` command line (logged with its output under --output_dir):
 
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from runs import multi30k_flags, run, scores
-from tables import write_table
+from tables import write_tables
 
 
 FIXED_SOFTMAX = ["--alpha_init", "1", "--learn_alpha", "False"]
@@ -53,8 +53,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--markdown",
+        nargs="+",
         default=None,
-        help="also put the table into this Markdown file (between its table:recipes markers)",
+        help="also put the table into these Markdown files (between their table:recipes markers)",
     )
     parser.add_argument(
         "--extra",
@@ -153,7 +154,7 @@ def main() -> None:
     print(table)
     if arguments.markdown:
         command = shlex.join(["python", "benchmarks/bench_recipes.py", *sys.argv[1:]])
-        write_table(arguments.markdown, "recipes", f"{table}\n\nMeasured with `{command}`.")
+        write_tables(arguments.markdown, {"recipes": f"{table}\n\nMeasured with `{command}`."})
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Speed of α-entmax attention: the mapping, full attention and the model, as ratios measured in the same run.
 
-    python benchmarks/bench_speed.py [--sections mapping attention model] [--repeats 7] [--markdown PATH] [--threads N]
+    python benchmarks/bench_speed.py [--sections mapping attention model] [--repeats 7] [--threads N]
+        [--markdown README.md docs/benchmarks.md]
 
 Every time is the median of ``--repeats`` rounds after a warm-up; the variants compared run in turn within each
 round, so every ratio divides two times taken side by side (absolute times on a shared machine are noise; ratios
@@ -18,7 +19,8 @@ much less so).
    backward, AdamW step, in training mode: dropout on) on the same four batches, beam-5 generation sentences/s, and
    the peak memory of training above the model's own (RSS, each variant measured in a fresh process).
 
-``--markdown docs/benchmarks.md`` also puts the tables into that page, between its ``table:speed`` markers.
+``--markdown README.md docs/benchmarks.md`` also puts the tables into those pages, each section between its markers
+(``table:speed-mapping``, ``table:speed-attention``, ``table:speed-model``): the README shows the model's.
 """
 
 import argparse
@@ -34,7 +36,7 @@ from pathlib import Path
 
 import entmax as entmax_reference
 import torch
-from tables import write_table
+from tables import write_tables
 from tokenizers import Tokenizer, models
 from torch.nn.functional import scaled_dot_product_attention
 from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
@@ -85,7 +87,7 @@ def forward_backward(function, *inputs: torch.Tensor):
 
 
 def bench_mapping(shapes, repeats: int, report) -> None:
-    report("\n#### 1. The mapping, forward + backward\n")
+    report("\n#### The mapping, forward + backward\n")
     report("| shape (B, H, Lq, Lk) | mapping | ms | × torch.softmax | speed-up over `entmax` |")
     report("| --- | --- | ---: | ---: | ---: |")
     for shape in shapes:
@@ -121,7 +123,7 @@ class _HeadAlphas(torch.nn.Module):
 
 
 def bench_attention(shapes, repeats: int, report) -> None:
-    report("\n#### 2. Full attention (scores, padding mask, mapping, values), forward + backward\n")
+    report("\n#### Full attention (scores, padding mask, mapping, values), forward + backward\n")
     report("| shape (B, H, L, L), head dim 64 | ms entmax | ms SDPA | × SDPA |")
     report("| --- | ---: | ---: | ---: |")
     for batch, heads, length, _ in shapes:
@@ -265,7 +267,7 @@ def measure_peak_memory(kind: str, queue) -> None:
 
 
 def bench_model(repeats: int, report) -> None:
-    report("\n#### 3. The model `hf-entmax train` builds by default vs MarianMTModel (SDPA), training mode\n")
+    report("\n#### The model `hf-entmax train` builds by default vs MarianMTModel (SDPA), training mode\n")
     report(f"Measured: {describe_configuration()}; MarianMTModel with the same architecture, dropouts and weights.\n")
     context = multiprocessing.get_context("spawn")
     memory = {}
@@ -297,23 +299,33 @@ def bench_model(repeats: int, report) -> None:
 
 
 class Report:
-    """The benchmark's output: printed as it comes, and kept for ``--markdown``."""
+    """The benchmark's output: printed as it comes, and kept per section for ``--markdown``."""
 
-    def __init__(self):
-        self.lines: list[str] = []
+    def __init__(self, header: str):
+        self.header = header
+        self.sections: dict[str, list[str]] = {}
+        self.current: list[str] = []
+        print(header, flush=True)
+
+    def section(self, name: str) -> None:
+        self.current = self.sections.setdefault(name, [])
 
     def __call__(self, text: str) -> None:
         print(text, flush=True)
-        self.lines.append(text)
+        self.current.append(text)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", nargs="+", default=["mapping", "attention", "model"])
+    sections = ["mapping", "attention", "model"]
+    parser.add_argument("--sections", nargs="+", choices=sections, default=sections)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--shapes", nargs="+", default=["8,8,64,64", "4,8,256,256", "1,8,1024,1024"])
     parser.add_argument(
-        "--markdown", type=Path, help="Also put the tables into this Markdown file (between its table:speed markers)."
+        "--markdown",
+        nargs="+",
+        type=Path,
+        help="Also put the tables into these Markdown files (between their table:speed-SECTION markers).",
     )
     parser.add_argument(
         "--threads",
@@ -325,21 +337,23 @@ def main() -> None:
     if arguments.threads is not None:
         torch.set_num_threads(arguments.threads)
 
-    report = Report()
-    report(
+    report = Report(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), native kernel: {'yes' if kernel_available() else 'NO (PyTorch path)'}"
     )
-    if "mapping" in arguments.sections:
-        bench_mapping(shapes, arguments.repeats, report)
-    if "attention" in arguments.sections:
-        bench_attention(shapes[:2], arguments.repeats, report)
-    if "model" in arguments.sections:
-        bench_model(arguments.repeats, report)
-    if arguments.markdown is not None:
+    for name in arguments.sections:
+        report.section(name)
+        if name == "mapping":
+            bench_mapping(shapes, arguments.repeats, report)
+        elif name == "attention":
+            bench_attention(shapes[:2], arguments.repeats, report)
+        else:
+            bench_model(arguments.repeats, report)
+    if arguments.markdown:
         command = shlex.join(["python", "benchmarks/bench_speed.py", *sys.argv[1:]])
-        measured = f"Measured on {time.strftime('%Y-%m-%d')} with `{command}`."
-        write_table(arguments.markdown, "speed", "\n".join([*report.lines, "", measured]))
+        measured = f"Measured on {time.strftime('%Y-%m-%d')} ({report.header}) with `{command}`."
+        tables = {f"speed-{name}": "\n".join([*lines, "", measured]) for name, lines in report.sections.items()}
+        write_tables(arguments.markdown, tables)
 
 
 if __name__ == "__main__":
