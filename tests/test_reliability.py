@@ -1117,11 +1117,7 @@ def probe_from_pretrained_without_weights(bench):
     return api(lambda: AdaptiveEntmaxMarianMTModel.from_pretrained(model), str(model))
 
 
-@probe(
-    7,
-    pending="upstream (safetensors, through transformers' from_pretrained): the SafetensorError does not name the "
-    "file; the hf-entmax commands name it (see the export and translate probes)",
-)
+@probe(7)
 def probe_from_pretrained_truncated_weights(bench):
     """AdaptiveEntmaxMarianMTModel.from_pretrained: model.safetensors cut off"""
     model = bench.hub_folder()
@@ -1474,9 +1470,9 @@ def main_table(argv: list[str]) -> int:
     print(table)
     if "--markdown" in argv:
         sys.path.insert(0, str(REPOSITORY))
-        from benchmarks.tables import write_table
+        from benchmarks.tables import write_tables
 
-        write_table(argv[argv.index("--markdown") + 1], "reliability", f"{table}\n\nMeasured by `{command}`.")
+        write_tables([argv[argv.index("--markdown") + 1]], {"reliability": f"{table}\n\nMeasured by `{command}`."})
     return 0
 
 

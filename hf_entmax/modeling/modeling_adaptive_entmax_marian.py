@@ -22,6 +22,7 @@ import shutil
 import sys
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import AttentionInterface
 from transformers import initialization as init
@@ -248,6 +249,21 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
     # Marian's loss is a mean over the batch's tokens and ignores `num_items_in_batch`: tell Trainer, so that
     # it scales the loss for gradient accumulation itself (and does not rescale it under DDP).
     accepts_loss_kwargs = False
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs):
+        """As ``PreTrainedModel.from_pretrained``; a weights file that cannot be read is named in the error."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except SafetensorError as error:  # its message names no file: a cut-off download reads as a riddle
+            where = str(pretrained_model_name_or_path)
+            if os.path.isdir(where):
+                names = sorted(name for name in os.listdir(where) if name.endswith(".safetensors"))
+                where = ", ".join(os.path.join(where, name) for name in names) or where
+            raise OSError(
+                f"{where}: the safetensors weights cannot be read ({error}); the file is cut off or damaged: "
+                "download or save it again"
+            ) from error
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
