@@ -40,7 +40,7 @@ class AlphaSettings:
     maximum: float
 
 
-def _alpha_option(default: object, help_text: str):
+def _option(default: object, help_text: str):
     return field(default=default, metadata={"help": help_text})
 
 
@@ -52,34 +52,32 @@ class AlphaOptions:
     flags from them (with the same names and help), so the three cannot drift apart.
     """
 
-    alpha_init: float | int | str = _alpha_option(
+    alpha_init: float | int | str = _option(
         "random",
         "Initial α of every head: a number in [1, 2] (1 = softmax, 1.5 = 1.5-entmax, 2 = sparsemax) or 'random' "
         "(the paper's: logits drawn from N(0, 1), so α has mean ≈ 1.5).",
     )
-    learn_alpha: bool = _alpha_option(
+    learn_alpha: bool = _option(
         True, "Learn α per head. With False, α stays at alpha_init (a number then) and is not a parameter."
     )
-    alpha_min: float | int = _alpha_option(1.01, "Lower bound of a learned α (the paper clamps at 1.01).")
-    alpha_max: float | int = _alpha_option(2.0, "Upper bound of a learned α.")
-    encoder_self_alpha_init: float | int | str | None = _alpha_option(
+    alpha_min: float | int = _option(1.01, "Lower bound of a learned α (the paper clamps at 1.01).")
+    alpha_max: float | int = _option(2.0, "Upper bound of a learned α.")
+    encoder_self_alpha_init: float | int | str | None = _option(
         None, "Override of alpha_init for encoder self-attention (None: alpha_init)."
     )
-    decoder_self_alpha_init: float | int | str | None = _alpha_option(
+    decoder_self_alpha_init: float | int | str | None = _option(
         None, "Override of alpha_init for decoder self-attention (None: alpha_init)."
     )
-    cross_alpha_init: float | int | str | None = _alpha_option(
+    cross_alpha_init: float | int | str | None = _option(
         None, "Override of alpha_init for cross-attention (None: alpha_init)."
     )
-    encoder_self_learn_alpha: bool | None = _alpha_option(
+    encoder_self_learn_alpha: bool | None = _option(
         None, "Override of learn_alpha for encoder self-attention (None: learn_alpha)."
     )
-    decoder_self_learn_alpha: bool | None = _alpha_option(
+    decoder_self_learn_alpha: bool | None = _option(
         None, "Override of learn_alpha for decoder self-attention (None: learn_alpha)."
     )
-    cross_learn_alpha: bool | None = _alpha_option(
-        None, "Override of learn_alpha for cross-attention (None: learn_alpha)."
-    )
+    cross_learn_alpha: bool | None = _option(None, "Override of learn_alpha for cross-attention (None: learn_alpha).")
 
     def alpha_settings(self, attention_type: str) -> AlphaSettings:
         """The α settings of one attention type (`"encoder_self"`, `"decoder_self"` or `"cross"`)."""
@@ -126,8 +124,66 @@ class AlphaOptions:
                 )
 
 
+# How a head may scale its queries before α-entmax: "none", or ASEntmax's learned, length-dependent temperature.
+SCALING_METHODS = ("none", "asentmax")
+
+
+@dataclass
+class ScalingOptions:
+    """Whether the heads scale their queries by a learned, length-dependent temperature before α-entmax (ASEntmax,
+    Vasylenko et al., 2026): the one definition of these options, inherited by the config like `AlphaOptions`.
+
+    With ``"asentmax"``, head h multiplies a query that may attend to n keys by ``δ + β_h · log(n + 1) ** γ_h``
+    (``δ`` = `attention_scaling_offset`; ``β_h``, ``γ_h`` learned, initialised from U(0.1, 1) and N(0, 0.1²)), so
+    that it can stay sparse, or become softmax-like, as inputs grow longer than those it was trained on.
+    """
+
+    attention_scaling: str | None = _option(
+        None,
+        "How every head scales its queries before α-entmax: None or 'none' (not at all, the paper's model) or "
+        "'asentmax' (a learned temperature per head that grows with the number of keys a query may attend to).",
+    )
+    encoder_self_attention_scaling: str | None = _option(
+        None, "Override of attention_scaling for encoder self-attention (None: attention_scaling)."
+    )
+    decoder_self_attention_scaling: str | None = _option(
+        None, "Override of attention_scaling for decoder self-attention (None: attention_scaling)."
+    )
+    cross_attention_scaling: str | None = _option(
+        None, "Override of attention_scaling for cross-attention (None: attention_scaling)."
+    )
+    attention_scaling_offset: float | int = _option(
+        1.0, "δ of ASEntmax's factor δ + β_h · log(n + 1) ** γ_h: a finite number >= 0 (the reference's is 1)."
+    )
+
+    def scaling_method(self, attention_type: str) -> str:
+        """``"none"`` or ``"asentmax"``: how one attention type scales its queries."""
+        if attention_type not in ATTENTION_TYPES:
+            raise ValueError(f"attention type must be one of {ATTENTION_TYPES}, got {attention_type!r}")
+        method = getattr(self, f"{attention_type}_attention_scaling")
+        method = self.attention_scaling if method is None else method
+        return "none" if method is None else method
+
+    def validate_attention_scaling(self):
+        """Part of the config's `@strict` validation: known methods and a usable offset.
+
+        Raises:
+            ValueError: naming the field, its value and what is allowed.
+        """
+        for prefix in ("", *(f"{kind}_" for kind in ATTENTION_TYPES)):
+            value = getattr(self, f"{prefix}attention_scaling")
+            if value is not None and value not in SCALING_METHODS:
+                raise ValueError(
+                    f"`{prefix}attention_scaling` must be one of {', '.join(map(repr, SCALING_METHODS))} or None, "
+                    f"got {value!r}"
+                )
+        offset = self.attention_scaling_offset
+        if isinstance(offset, bool) or not isinstance(offset, (int, float)) or not 0.0 <= offset < float("inf"):
+            raise ValueError(f"`attention_scaling_offset` must be a finite number >= 0, got {offset!r}")
+
+
 @strict
-class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions):
+class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions):
     r"""
     A [`MarianConfig`] whose attention heads use α-entmax instead of softmax.
 
@@ -136,7 +192,9 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions):
     recomputed from its unconstrained logit at every forward, as in Correia et al. (2019).
 
     The α fields (`alpha_init`, `learn_alpha`, `alpha_min`, `alpha_max` and their per-attention-type overrides such
-    as `cross_alpha_init`) are those of [`AlphaOptions`], documented there; the other fields are Marian's.
+    as `cross_alpha_init`) are those of [`AlphaOptions`], documented there; the query scaling fields
+    (`attention_scaling`, its per-attention-type overrides and `attention_scaling_offset`) those of
+    [`ScalingOptions`]; the other fields are Marian's.
 
     Example:
 
@@ -194,4 +252,4 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions):
             raise ValueError(f"`output_attentions` must be True or False, got {self.output_attentions!r}")
 
 
-__all__ = ["AdaptiveEntmaxMarianConfig", "AlphaOptions", "AlphaSettings"]
+__all__ = ["AdaptiveEntmaxMarianConfig", "AlphaOptions", "AlphaSettings", "ScalingOptions"]

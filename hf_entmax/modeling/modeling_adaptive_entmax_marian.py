@@ -74,12 +74,14 @@ def entmax_attention_forward(
     """Scaled dot-product attention with α-entmax in place of softmax, one α per head.
 
     Args:
-        module: The attention module; its ``alpha()`` gives α per head (a tensor or a float).
+        module: The attention module; its ``alpha()`` gives α per head (a tensor or a float) and its
+            ``query_scale(mask, key_len, dtype)`` the ASEntmax factor of each query (``None`` without scaling).
         query: ``(batch, heads, query_len, head_dim)``.
         key, value: ``(batch, heads, key_len, head_dim)``.
         attention_mask: Additive float mask broadcastable to ``(batch, heads, query_len, key_len)``:
             0 keeps a position, the dtype's lowest value masks it. ``None`` masks nothing.
-        scaling: Factor applied to the query, ``head_dim ** -0.5`` by default.
+        scaling: Factor applied to the query, ``head_dim ** -0.5`` by default; with ASEntmax, times the module's
+            ``query_scale`` (a factor per head and query).
         dropout: Dropout probability on the attention probabilities, applied in training only.
 
     Returns:
@@ -109,6 +111,9 @@ def entmax_attention_forward(
     if isinstance(alpha, torch.Tensor):
         alpha = alpha.view(1, -1, 1, 1)  # (1, H, 1, 1): one α per head
     # α is in [alpha_min, alpha_max] ⊂ [1, 2] by construction (clamped, or validated in the config).
+    query_scale = module.query_scale(mask, key.shape[-2], compute_dtype)  # None, or (B or 1, H, Lq or 1, 1)
+    if query_scale is not None:
+        scaling = scaling * query_scale
 
     fused = None
     if native_entmax_attention is not None:  # None where it does not apply
@@ -169,6 +174,15 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             self.alpha_logits = nn.Parameter(torch.zeros(num_heads))
         else:
             self.register_parameter("alpha_logits", None)
+        # ASEntmax: a learned temperature per head, δ + β · log(n + 1) ** γ for a query that may attend to n keys.
+        self.scaling_method = config.scaling_method(attention_type)
+        self.scale_offset = float(config.attention_scaling_offset)
+        if self.scaling_method == "asentmax":
+            self.scale_beta = nn.Parameter(torch.empty(num_heads))
+            self.scale_gamma = nn.Parameter(torch.empty(num_heads))
+        else:
+            self.register_parameter("scale_beta", None)
+            self.register_parameter("scale_gamma", None)
 
     def initial_alpha_logits(self) -> torch.Tensor:
         """Fresh ``(num_heads,)`` α logits for the configured start: the paper's N(0, 1) for ``"random"`` (α = 1 +
@@ -189,6 +203,32 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             return float(self.alpha_settings.init)
         alpha = 1.0 + torch.sigmoid(self.alpha_logits)
         return alpha.clamp(self.alpha_settings.minimum, self.alpha_settings.maximum)
+
+    def query_scale(self, mask: torch.Tensor | None, key_len: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """ASEntmax's factor on each query, ``δ + β_h · log(n + 1) ** γ_h``; ``None`` without scaling.
+
+        n is the number of keys the query may attend to, read from the mask: the real source tokens in encoder
+        self-attention and cross-attention, the causal prefix in decoder self-attention (growing by one per step in
+        cached decoding). ``log(n + 1)`` is positive from n = 1; a fully masked (padding) query counts as n = 1.
+
+        Args:
+            mask: Additive mask ``(batch, 1, query_len, key_len)`` (0 keeps a key, −inf or the dtype's lowest
+                value masks it), or ``None``: every query sees all ``key_len`` keys.
+            key_len: Number of keys.
+            dtype: Dtype of the result (that of the attention scores).
+
+        Returns:
+            ``(batch or 1, heads, query_len or 1, 1)``, or ``None``.
+        """
+        if self.scale_beta is None:
+            return None
+        if mask is None:
+            visible = torch.full((1, 1, 1, 1), key_len, dtype=dtype, device=self.scale_beta.device)
+        else:
+            visible = (mask > torch.finfo(mask.dtype).min).sum(-1, keepdim=True).to(dtype)  # (B, 1, Lq, 1)
+        log_visible = torch.log1p(visible.clamp(min=1.0))
+        beta, gamma = (parameter.to(dtype).view(1, -1, 1, 1) for parameter in (self.scale_beta, self.scale_gamma))
+        return self.scale_offset + beta * log_visible.pow(gamma)
 
 
 class AdaptiveEntmaxMarianEncoderLayer(MarianEncoderLayer):
@@ -270,6 +310,10 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
         if isinstance(module, AdaptiveEntmaxMarianAttention) and module.alpha_logits is not None:
             # `init.copy_` leaves logits that were loaded from a checkpoint alone.
             init.copy_(module.alpha_logits, module.initial_alpha_logits())
+        if isinstance(module, AdaptiveEntmaxMarianAttention) and module.scale_beta is not None:
+            # ASEntmax's reference start: β ~ U(0.1, 1), γ ~ N(0, 0.1²).
+            init.uniform_(module.scale_beta, 0.1, 1.0)
+            init.normal_(module.scale_gamma, 0.0, 0.1)
 
     def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
         # α-entmax is the model: whatever a caller asks for, attention goes through it.
@@ -320,6 +364,31 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
                     alpha = torch.full((module.num_heads,), alpha)
                 by_type[module.attention_type].append(alpha.detach().float().cpu())
         return {kind: torch.stack(alphas) for kind, alphas in by_type.items() if alphas}
+
+    def get_attention_scales(self) -> dict[str, dict[str, torch.Tensor | float]]:
+        """Current ASEntmax parameters of every attention type that scales its queries.
+
+        Returns:
+            ``{attention_type: {"beta": (layers, heads), "gamma": (layers, heads), "offset": δ}}`` with detached
+            float32 tensors on the CPU; a head multiplies a query that may attend to n keys by
+            ``offset + beta * log(n + 1) ** gamma``. Attention types without scaling are absent (``{}`` for a model
+            without any).
+        """
+        by_type: dict[str, dict[str, list]] = {}
+        for module in self.modules():
+            if isinstance(module, AdaptiveEntmaxMarianAttention) and module.scale_beta is not None:
+                scales = by_type.setdefault(module.attention_type, {"beta": [], "gamma": [], "offset": []})
+                scales["beta"].append(module.scale_beta.detach().float().cpu())
+                scales["gamma"].append(module.scale_gamma.detach().float().cpu())
+                scales["offset"].append(module.scale_offset)
+        return {
+            kind: {
+                "beta": torch.stack(scales["beta"]),
+                "gamma": torch.stack(scales["gamma"]),
+                "offset": scales["offset"][0],
+            }
+            for kind, scales in by_type.items()
+        }
 
 
 def _build_stack(
