@@ -1,108 +1,18 @@
-"""α-entmax on the CPU by a native kernel (`csrc/entmax_cpu.cpp`), built on first use and cached.
+"""α-entmax on the CPU by the native kernel (the C++ in ``csrc/``, built on first use by `build.py`).
 
-The kernel runs Newton on each row's normaliser over the shrinking set of candidates for the support,
-fused into one loop per row, with vectorised exp/log; its backward gives the gradient w.r.t. the scores and
-α in one pass. It is built with the machine's C++ compiler through `torch.utils.cpp_extension` into
-``$HF_ENTMAX_CACHE`` (default ``~/.cache/hf_entmax``), keyed by the source, the compiler flags, the torch version
-and the CPU, so it is compiled once per machine (~20 s). It is built for ``-march=$HF_ENTMAX_MARCH`` (default
-``native``, the machine's own instruction set; ``x86-64`` gives a baseline build without AVX2, as CI uses to test
-the generic code). Without a compiler, or if the build fails, `native_entmax` returns ``None`` after one warning
-and the callers use the PyTorch implementation. ``HF_ENTMAX_NATIVE=0`` turns the kernel off.
+The kernel runs Newton on each row's normaliser over the shrinking set of candidates for the support, fused into one
+loop per row, with vectorised exp/log; its backward gives the gradient w.r.t. the scores and α in one pass.
 
 `native_entmax` serves the mapping (`hf_entmax.entmax`); `native_entmax_attention` serves the model's attention,
 fused (attention dropout included) so that a training step allocates two or three attention-sized tensors instead
-of five or more.
+of five or more. Each returns ``None`` where the kernel does not apply, as `dispatch.py` decides (which also logs the
+first use of each route and describes them), and the caller then uses the PyTorch implementation.
 """
-
-import hashlib
-import os
-import platform
-import re
-import warnings
-from pathlib import Path
 
 import torch
 
-from ..errors import HfEntmaxValueError
-
-
-SOURCE = Path(__file__).parent / "csrc" / "entmax_cpu.cpp"
-# -fno-trapping-math lets GCC vectorise the branch-free exp/log (they evaluate both arms of a select).
-BASE_COMPILER_FLAGS = ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
-_state: dict[str, object] = {}
-
-
-def compiler_flags() -> list[str]:
-    """The flags the kernel is built with: ``-march`` from ``HF_ENTMAX_MARCH`` (default ``native``)."""
-    march = os.environ.get("HF_ENTMAX_MARCH", "native")
-    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", march):
-        raise HfEntmaxValueError(
-            f"HF_ENTMAX_MARCH must be a -march value of the C++ compiler such as native or x86-64, got {march!r}"
-        )
-    return [*BASE_COMPILER_FLAGS, f"-march={march}"]
-
-
-def _cpu_features() -> str:
-    """The CPU's feature line on Linux ("flags" on x86, "Features" on Arm); empty where there is none."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.split(":")[0].strip().lower() in ("flags", "features"):
-                return line
-    except OSError:
-        pass
-    return ""
-
-
-def build_name(flags: list[str]) -> str:
-    """The name of the kernel's build with ``flags``: a digest of the source, the flags, the torch version and the CPU.
-
-    A ``-march=native`` build runs only on CPUs like this one, so the CPU is part of the name: a cache shared between
-    machines (a network home, a CI cache) never hands one machine another's build.
-    """
-    key = "\n".join([platform.machine(), " ".join(flags), torch.__version__, _cpu_features()])
-    return f"hf_entmax_cpu_{hashlib.sha256(SOURCE.read_bytes() + key.encode()).hexdigest()[:16]}"
-
-
-def _build() -> bool:
-    """Compile (or load the cached build of) the kernel; False, after one warning, if that fails."""
-    if os.environ.get("HF_ENTMAX_NATIVE", "1") == "0":
-        return False
-    flags = compiler_flags()
-    name = build_name(flags)
-    build_directory = Path(os.environ.get("HF_ENTMAX_CACHE", Path.home() / ".cache" / "hf_entmax")) / name
-    library = build_directory / f"{name}.so"
-    try:
-        if library.exists():
-            torch.ops.load_library(str(library))
-        else:
-            from torch.utils import cpp_extension
-
-            build_directory.mkdir(parents=True, exist_ok=True)
-            cpp_extension.load(
-                name=name,
-                sources=[str(SOURCE)],
-                extra_cflags=flags,
-                extra_ldflags=["-fopenmp"],
-                build_directory=str(build_directory),
-                is_python_module=False,
-                verbose=False,
-            )
-        return hasattr(torch.ops.hf_entmax, "entmax_forward")
-    except Exception as error:  # no compiler, no ninja, a compile error: all mean "use PyTorch"
-        warnings.warn(
-            f"hf_entmax: the fast CPU kernel could not be built with {' '.join(flags)} ({type(error).__name__}: "
-            f"{str(error)[:300]}); using the PyTorch implementation, which is slower. Set HF_ENTMAX_NATIVE=0 to skip "
-            "the attempt.",
-            stacklevel=3,
-        )
-        return False
-
-
-def kernel_available() -> bool:
-    """Whether the native kernel is built and loaded (building it on the first call)."""
-    if "available" not in _state:
-        _state["available"] = _build()
-    return bool(_state["available"])
+from .build import kernel_available
+from .dispatch import attention_route, mapping_route
 
 
 def _differentiable_entmax_backward(
@@ -157,14 +67,13 @@ class NativeEntmaxFunction(torch.autograd.Function):
 
 
 def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -> torch.Tensor | None:
-    """α-entmax by the native kernel, or ``None`` where it does not apply (the caller then uses PyTorch).
+    """α-entmax by the native kernel, or ``None`` where it does not apply (`dispatch.mapping_route`; the caller then
+    uses PyTorch).
 
     Same contract as `hf_entmax.entmax` (α already checked, ``dim`` normalised): masked entries are −inf or
     the dtype's lowest value, all-masked rows give zeros, half-precision scores are computed in float32.
     """
-    if scores.device.type != "cpu" or scores.numel() == 0 or torch.compiler.is_compiling():
-        return None
-    if not kernel_available():
+    if not mapping_route(scores).native:
         return None
     # Decoding calls this once per layer and token on a few hundred short rows, so the Python side is kept to a few
     # tensor operations: the kernel broadcasts α and reshapes itself.
@@ -316,7 +225,8 @@ def native_entmax_attention(
     dropout: float = 0.0,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """α-entmax attention by the native kernel, or ``None`` where it does not apply (the caller then composes it).
+    """α-entmax attention by the native kernel, or ``None`` where it does not apply (`dispatch.attention_route`; the
+    caller then composes it).
 
     Args:
         query: ``(batch, heads, query_len, head_dim)``, already scaled.
@@ -340,16 +250,7 @@ def native_entmax_attention(
     """
     if not 0.0 <= dropout <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout}")
-    tensors = (query, key, value) if mask is None else (query, key, value, mask)
-    if (
-        query.dtype not in (torch.float32, torch.float64)
-        or any(tensor.device.type != "cpu" or tensor.dtype != query.dtype for tensor in tensors)
-        or (mask is not None and mask.requires_grad)
-        or query.numel() == 0
-        or key.numel() == 0
-        or torch.compiler.is_compiling()
-        or not kernel_available()
-    ):
+    if not attention_route(query, key, value, mask).native:
         return None
     if not isinstance(alpha, torch.Tensor):
         alpha = torch.tensor(alpha, dtype=query.dtype)
@@ -361,3 +262,13 @@ def native_entmax_attention(
         return NativeEntmaxAttentionFunction.apply(query, key, value, alpha, mask, dropout, generator)
     output, weights, _, _ = _attention_forward(query, key, value, alpha, mask, dropout, generator)  # no autograd
     return output, weights
+
+
+__all__ = [
+    "NativeEntmaxAttentionFunction",
+    "NativeEntmaxFunction",
+    "draw_keep_mask",
+    "kernel_available",
+    "native_entmax",
+    "native_entmax_attention",
+]
