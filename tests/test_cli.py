@@ -18,7 +18,7 @@ def test_without_a_command_usage_is_printed(capsys):
 
 def test_train_arguments_from_flags_and_from_a_json_file(tmp_path):
     model_args, data_args, training_args = parse_arguments(["--alpha_init", "1.5", "--max_steps", "7"])
-    assert model_args.alpha_options_given() == {"alpha_init": 1.5}
+    assert model_args.attention_options_given() == {"alpha_init": 1.5}
     assert training_args.max_steps == 7
     assert training_args.output_dir == "outputs/train"
     assert data_args.uses_synthetic_data()
@@ -26,7 +26,7 @@ def test_train_arguments_from_flags_and_from_a_json_file(tmp_path):
     config = tmp_path / "run.json"
     config.write_text(json.dumps({"output_dir": str(tmp_path / "out"), "cross_alpha_init": "2", "max_steps": 3}))
     model_args, _, training_args = parse_arguments([str(config)])
-    assert model_args.alpha_options_given() == {"cross_alpha_init": 2.0}
+    assert model_args.attention_options_given() == {"cross_alpha_init": 2.0}
     assert training_args.max_steps == 3
 
 

@@ -6,7 +6,7 @@ from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTraining
 
 from hf_entmax.training.metrics import corpus_scores, translation_metrics
 from hf_entmax.training.presets import preset_config_kwargs
-from hf_entmax.training.trainer import AdaptiveEntmaxTrainer, alpha_logs
+from hf_entmax.training.trainer import AdaptiveEntmaxTrainer, attention_logs, without_per_head_values
 
 
 @pytest.fixture
@@ -78,8 +78,20 @@ def test_training_moves_alpha_and_logs_it_at_every_logging_step(tmp_path, tokeni
     assert last["alpha/decoder_self/layer_0/head_2"] == pytest.approx(after["decoder_self"][0, 2].item(), abs=1e-5)
 
 
-def test_alpha_logs_of_a_model_without_alphas_is_empty():
-    assert alpha_logs(torch.nn.Linear(2, 2)) == {}
+def test_attention_logs_of_a_model_without_alphas_is_empty():
+    assert attention_logs(torch.nn.Linear(2, 2)) == {}
+
+
+def test_attention_logs_carry_the_scales_of_scaled_attention_and_the_console_only_their_means():
+    model = tiny_model(attention_scaling="asentmax", encoder_self_attention_scaling="none")
+    logs = attention_logs(model)
+    scales = model.get_attention_scales()
+    assert logs["scale_beta/cross/layer_1/head_2"] == pytest.approx(scales["cross"]["beta"][1, 2].item(), abs=1e-5)
+    mean_gamma = scales["decoder_self"]["gamma"].mean().item()
+    assert logs["scale_gamma/decoder_self/mean"] == pytest.approx(mean_gamma, abs=1e-5)
+    assert not any(key.startswith("scale_beta/encoder_self") for key in logs)
+    console = without_per_head_values({"loss": 1.0, **logs})
+    assert set(console) == {"loss", *(key for key in logs if key.endswith("/mean"))}
 
 
 def test_presets_name_their_sizes_and_reject_unknown_names():

@@ -14,7 +14,7 @@ from hf_entmax.cli import main
 from hf_entmax.commands.train import parse_arguments
 from hf_entmax.errors import HfEntmaxValueError
 from hf_entmax.training.arguments import DataArguments
-from hf_entmax.training.model_loading import describe_alpha, load_model, read_starting_point
+from hf_entmax.training.model_loading import describe_alpha, describe_scaling, load_model, read_starting_point
 from hf_entmax.training.run import tokenize_splits
 from hf_entmax.training.synthetic import generate_pairs
 from hf_entmax.training.tokenizer import train_joint_tokenizer
@@ -253,6 +253,8 @@ def test_alpha_learning_rate_zero_freezes_alpha(tmp_path, files):
             "argument --max_steps/--max-steps: invalid int value: 'abc'; see hf-entmax train --help",
         ),
         (["--learn_alpha", "maybe"], "argument --learn_alpha/--learn-alpha: Truthy value expected"),
+        (["--attention_scaling", "asentmx"], "--attention_scaling must be one of none, asentmax, got 'asentmx'"),
+        (["--attention_scaling_offset", "-1"], "--attention_scaling_offset must be a finite number >= 0, got '-1'"),
     ],
 )
 def test_bad_flags_are_one_line(tmp_path, files, capsys, flags, message):
@@ -262,6 +264,72 @@ def test_bad_flags_are_one_line(tmp_path, files, capsys, flags, message):
     assert len(error.splitlines()) == 1, error
     assert error.startswith("hf-entmax train: error: ")
     assert re.search(message, error), error
+
+
+# --- query scaling (ASEntmax) at every starting point ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_fresh_run_with_attention_scaling_learns_and_records_the_scales(tmp_path, files, capsys):
+    output = tmp_path / "scaled"
+    argv = ["train", "--train_file", files["train"], *PAIR, *QUICK, "--model_size", "tiny"]
+    argv += ["--attention_scaling", "asentmax", "--cross_attention_scaling", "none", "--warmup_steps", "0"]
+    assert main([*argv, "--output_dir", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "Query scaling per attention type:" in printed
+    assert "encoder self-attention: queries scaled by δ + β·log(n + 1)^γ per head (ASEntmax, new; given)" in printed
+    assert "cross-attention:        queries scaled" not in printed
+
+    config = json.loads((output / "config.json").read_text())
+    assert (config["attention_scaling"], config["cross_attention_scaling"]) == ("asentmax", "none")
+    summary = json.loads((output / "training_summary.json").read_text())
+    assert set(summary["attention_scales"]) == {"encoder_self", "decoder_self"}
+    trained = AdaptiveEntmaxMarianMTModel.from_pretrained(output).get_attention_scales()
+    assert summary["attention_scales"]["encoder_self"]["beta"] == trained["encoder_self"]["beta"].tolist()
+    card = (output / "README.md").read_text()
+    assert "### Query scaling (ASEntmax)" in card and "**Decoder self-attention**: a query that may attend" in card
+
+
+def test_scaling_turned_on_for_a_checkpoint_starts_new_parameters_and_keeps_the_weights(
+    adaptive_folder, train_tokenizer
+):
+    checkpoint = AdaptiveEntmaxMarianMTModel.from_pretrained(adaptive_folder)
+    model = loaded(adaptive_folder, train_tokenizer, "--cross_attention_scaling", "asentmax")
+    assert set(model.get_attention_scales()) == {"cross"}
+    beta = model.get_attention_scales()["cross"]["beta"]
+    assert ((beta >= 0.1) & (beta <= 1.0)).all()  # the config's start, not zeros or garbage
+    assert torch.equal(model.get_alphas()["encoder_self"], checkpoint.get_alphas()["encoder_self"])
+    lines = describe_scaling(model, read_starting_point(str(adaptive_folder)), {"cross_attention_scaling": "asentmax"})
+    assert len(lines) == 1 and lines[0].startswith("cross-attention:        queries scaled")
+    assert "(ASEntmax, new; given)" in lines[0]
+
+
+def test_scaling_of_a_checkpoint_resumes_and_can_be_turned_off(tmp_path, adaptive_folder, train_tokenizer):
+    scaled = loaded(adaptive_folder, train_tokenizer, "--attention_scaling", "asentmax")
+    scaled.save_pretrained(tmp_path / "scaled")
+    resumed = loaded(tmp_path / "scaled", train_tokenizer)
+    for kind, scales in scaled.get_attention_scales().items():
+        assert torch.equal(resumed.get_attention_scales()[kind]["gamma"], scales["gamma"])
+    lines = describe_scaling(resumed, read_starting_point(str(tmp_path / "scaled")), {})
+    assert all("resumed from the checkpoint; checkpoint's" in line for line in lines) and len(lines) == 3
+    # A global flag replaces the checkpoint's per-type values, as --alpha_init does.
+    plain = loaded(tmp_path / "scaled", train_tokenizer, "--attention_scaling", "none")
+    assert plain.get_attention_scales() == {} and plain.config.cross_attention_scaling is None
+
+
+def test_a_marian_checkpoint_with_attention_scaling(marian_folder, train_tokenizer):
+    model = loaded(marian_folder, train_tokenizer, "--attention_scaling", "asentmax")
+    assert set(model.get_attention_scales()) == {"encoder_self", "decoder_self", "cross"}
+    assert model.config.learn_alpha is True  # the MarianMT start's α, as without scaling
+
+
+def test_convert_with_attention_scaling_reports_another_function(tmp_path, marian_folder, capsys):
+    output = tmp_path / "converted-scaled"
+    argv = ["convert", "--model", str(marian_folder), "--output", str(output), "--no-check_load"]
+    assert main([*argv, "--decoder_self_attention_scaling", "asentmax"]) == 0
+    printed = capsys.readouterr().out
+    assert "queries are scaled (ASEntmax) in decoder_self, so the converted model is not expected" in printed
+    assert set(AdaptiveEntmaxMarianMTModel.from_pretrained(output).get_attention_scales()) == {"decoder_self"}
 
 
 # --- stages and the files of a run ----------------------------------------------------------------------------

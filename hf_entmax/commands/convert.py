@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from ..common.hub_ids import check_repo_id
 from ..common.text_files import read_sentences
 from ..hub.convert import convert_marian
-from ..training.arguments import add_alpha_arguments, given_alpha_options
+from ..training.arguments import add_attention_arguments, given_attention_options
 from .hub_folder import add_hub_folder_arguments, check_written_folder
 from .parsing import CommandParser
 
 
-CONVERT_NOT_GIVEN = "α = 1 fixed (softmax), so that the converted model computes the source's function."
+CONVERT_NOT_GIVEN = (
+    "α = 1 fixed (softmax) and no query scaling, so that the converted model computes the source's function."
+)
 HELP = "convert a MarianMT checkpoint (folder or Hub id) into an AdaptiveEntmaxMarian Hub-ready folder"
 
 
@@ -27,7 +29,7 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", required=True, help="A MarianMT folder or Hub id (e.g. Helsinki-NLP/opus-mt-de-en)."
     )
     parser.add_argument("--output", required=True, help="The folder to write (safetensors, code, tokenizer, card).")
-    add_alpha_arguments(parser, not_given=CONVERT_NOT_GIVEN)
+    add_attention_arguments(parser, not_given=CONVERT_NOT_GIVEN)
     parser.add_argument(
         "--allow_pickle",
         action="store_true",
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         base_model=args.base_model,
         model_id=args.repo_id,
         max_shard_size=args.max_shard_size,
-        **given_alpha_options(args),
+        **given_attention_options(args),
     )
     print(report.summary())
     print(f"Saved to {args.output} (safetensors only; loads with trust_remote_code=True).")

@@ -1,9 +1,10 @@
 """Marian → AdaptiveEntmaxMarian: the logic behind `hf-entmax convert`.
 
 The two architectures share every module and parameter name; AdaptiveEntmaxMarian only adds ``alpha_logits``
-(one per head, and only for a learned α). Conversion therefore copies the Marian state dict key by key, checking
-that nothing is left over or reshaped, and proves the result: with α = 1 fixed everywhere (the default) the new
-model computes the same function as the source, which is checked on a few sentences before anything is written.
+(one per head, and only for a learned α) and, with query scaling (ASEntmax), ``scale_beta`` and ``scale_gamma``.
+Conversion therefore copies the Marian state dict key by key, checking that nothing is left over or reshaped, and
+proves the result: with α = 1 fixed everywhere and no scaling (the default) the new model computes the same function
+as the source, which is checked on a few sentences before anything is written.
 """
 
 import copy
@@ -23,7 +24,12 @@ from ..common.hub_ids import is_hub_id
 from ..common.model_folder import SAFETENSORS_WEIGHTS, load_pretrained, load_tokenizer, read_model_config
 from ..common.records import framework_versions
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
-from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, AdaptiveEntmaxMarianConfig, AlphaOptions
+from ..modeling.configuration_adaptive_entmax_marian import (
+    ATTENTION_TYPES,
+    AdaptiveEntmaxMarianConfig,
+    AlphaOptions,
+    ScalingOptions,
+)
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .export import CHECK_SENTENCES, check_export_target, check_shard_size, export_hub_folder
 from .model_card import ModelCardInfo
@@ -35,7 +41,7 @@ PICKLE_WEIGHT_PATTERNS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "
 # What a Marian repo needs besides weights: configs and tokenizer files (SentencePiece models, vocabularies).
 _DOWNLOAD_PATTERNS = ["*.json", "*.model", "*.spm", "*.txt", "*.safetensors"]
 LOGIT_TOLERANCE = 1e-5
-ALPHA_OPTION_NAMES = tuple(option.name for option in fields(AlphaOptions))
+ATTENTION_OPTION_NAMES = tuple(option.name for option in (*fields(AlphaOptions), *fields(ScalingOptions)))
 _OPUS_MT_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})")
 # A Hub cache snapshot folder: .../models--{owner}--{name}/snapshots/{commit}
 _HUB_CACHE_SNAPSHOT = re.compile(r"models--([^/\\]+?)--([^/\\]+)[/\\]snapshots[/\\]")
@@ -54,6 +60,8 @@ class ConversionReport:
         num_sentences: How many sentences were checked.
         num_weights: How many weight tensors were carried over.
         alphas: The mean initial α per attention type.
+        alphas_changed: Whether α differs from 1 anywhere (fixed at another value, or learned).
+        scaled_attention_types: The attention types whose queries are scaled (ASEntmax), new parameters.
     """
 
     source: str
@@ -65,6 +73,8 @@ class ConversionReport:
     num_sentences: int
     num_weights: int
     alphas: dict[str, float] = field(default_factory=dict)
+    alphas_changed: bool = False
+    scaled_attention_types: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """A few sentences for people: what was checked and what it means."""
@@ -78,9 +88,12 @@ class ConversionReport:
             meaning = "With α = 1 fixed everywhere, the converted model computes the same function as the source."
         else:
             alphas = ", ".join(f"{kind} {alpha:.3f}" for kind, alpha in self.alphas.items())
+            changes = [f"α is not fixed at 1 (mean initial α: {alphas})"] if self.alphas_changed else []
+            if self.scaled_attention_types:
+                changes.append(f"queries are scaled (ASEntmax) in {', '.join(self.scaled_attention_types)}")
             meaning = (
-                f"α is not fixed at 1 (mean initial α: {alphas}), so the converted model is not expected to compute "
-                "the same function as the source: fine-tune it (`hf-entmax train --model_name_or_path ...`)."
+                f"{' and '.join(changes)}, so the converted model is not expected to compute the same function as "
+                "the source: fine-tune it (`hf-entmax train --model_name_or_path ...`)."
             )
         return f"Converted {self.source} ({self.num_weights} weight tensors carried over). {check}\n{meaning}"
 
@@ -96,7 +109,7 @@ def convert_marian(
     base_model: str | None = None,
     model_id: str | None = None,
     max_shard_size: str | int = "2GB",
-    **alpha_options: object,
+    **attention_options: object,
 ) -> ConversionReport:
     """Turn a MarianMT checkpoint into an AdaptiveEntmaxMarian one and write it as a Hub-ready folder.
 
@@ -110,9 +123,10 @@ def convert_marian(
         base_model: Hub id of the source for the card (inferred when ``model`` is a Hub id or in the Hub cache).
         model_id: The repo id the folder will be pushed to, for the card's usage snippet.
         max_shard_size: Above this size the weights are written as several safetensors shards.
-        **alpha_options: Fields of `AlphaOptions` (``alpha_init``, ``learn_alpha``, ``alpha_min``, ``alpha_max``,
-            ``cross_alpha_init``, …). Those not given keep the source's function: α = 1 fixed, exactly softmax. A
-            learned α is 1 + sigmoid(logit) and cannot start at exactly 1: give ``alpha_init`` ≥ ``alpha_min``.
+        **attention_options: Fields of `AlphaOptions` (``alpha_init``, ``learn_alpha``, ``alpha_min``, ``alpha_max``,
+            ``cross_alpha_init``, …) and of `ScalingOptions` (``attention_scaling="asentmax"``, …). Those not given
+            keep the source's function: α = 1 fixed, exactly softmax, and no scaling. A learned α is
+            1 + sigmoid(logit) and cannot start at exactly 1: give ``alpha_init`` ≥ ``alpha_min``.
 
     Returns:
         A `ConversionReport` (its ``summary()`` says what was checked).
@@ -124,7 +138,7 @@ def convert_marian(
             folder other than an earlier export. HfEntmaxError: a failed download, or a failed equivalence check
             (then nothing is written).
     """
-    alpha_fields = conversion_alpha_options(alpha_options)
+    attention_fields = conversion_attention_options(attention_options)
     # What can be refused without loading anything is refused first: the target, then the source.
     check_shard_size(max_shard_size, "max_shard_size")
     check_export_target(Path(output_dir))
@@ -137,17 +151,19 @@ def convert_marian(
     marian_fields = {
         key: value
         for key, value in source_config.items()
-        if key in AdaptiveEntmaxMarianConfig.__dataclass_fields__ and key not in alpha_fields
+        if key in AdaptiveEntmaxMarianConfig.__dataclass_fields__ and key not in attention_fields
     }
-    config = build_config(**marian_fields, **alpha_fields)
+    config = build_config(**marian_fields, **attention_fields)
     target = AdaptiveEntmaxMarianMTModel(config).to(source.dtype).eval()
     num_weights = copy_marian_weights(source, target)
     target.generation_config = copy.deepcopy(source.generation_config)
 
-    same_function_expected = all(
+    alphas_changed = not all(
         not config.alpha_settings(kind).learn and float(config.alpha_settings(kind).init) == 1.0
         for kind in ATTENTION_TYPES
     )
+    scaled = [kind for kind in ATTENTION_TYPES if config.scaling_method(kind) != "none"]
+    same_function_expected = not alphas_changed and not scaled
     report = compare_models(source, target, tokenizer, check_sentences or CHECK_SENTENCES)
     report = ConversionReport(
         source=model,
@@ -155,6 +171,8 @@ def convert_marian(
         same_function_expected=same_function_expected,
         num_weights=num_weights,
         alphas={kind: alphas.mean().item() for kind, alphas in target.get_alphas().items()},
+        alphas_changed=alphas_changed,
+        scaled_attention_types=scaled,
         **report,
     )
     if same_function_expected and not (
@@ -176,24 +194,25 @@ def convert_marian(
         base_model_relation="converted",
         base_model_local_name=None if hub_id else Path(model).name,
         training_data="none beyond the source model's: this is a conversion, α was not trained yet",
-        hyperparameters={name: value for name, value in alpha_fields.items() if value is not None},
+        hyperparameters={name: value for name, value in attention_fields.items() if value is not None},
         framework_versions=framework_versions(),
     )
     export_hub_folder(target, tokenizer, output_dir, card=card, max_shard_size=max_shard_size)
     return report
 
 
-def conversion_alpha_options(given: dict[str, object]) -> dict[str, object]:
-    """The α fields of a converted model: those given, over α = 1 fixed (the source's softmax).
+def conversion_attention_options(given: dict[str, object]) -> dict[str, object]:
+    """The α and query-scaling fields of a converted model: those given, over α = 1 fixed (the source's softmax) and
+    no scaling.
 
     Raises:
         HfEntmaxValueError: an unknown option, or a learned α without a start (1, the source's, is below alpha_min).
     """
-    unknown = sorted(set(given) - set(ALPHA_OPTION_NAMES))
+    unknown = sorted(set(given) - set(ATTENTION_OPTION_NAMES))
     if unknown:
         raise HfEntmaxValueError(
-            f"unknown α option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; the options are "
-            f"{', '.join(ALPHA_OPTION_NAMES)}"
+            f"unknown attention option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; the options are "
+            f"{', '.join(ATTENTION_OPTION_NAMES)}"
         )
     options = {"alpha_init": 1.0, "learn_alpha": False, **given}
     learned = [
@@ -269,7 +288,8 @@ def copy_marian_weights(source: MarianMTModel, target: AdaptiveEntmaxMarianMTMod
     """Copy every tensor of ``source``'s state dict into ``target``, checking names, shapes and ties.
 
     Every Marian key must exist in ``target`` with the same shape, and ``target``'s only extra keys may be
-    ``alpha_logits``. Weights tied in ``source`` (embeddings and LM head) must be tied in ``target`` too.
+    ``alpha_logits`` and the query-scaling parameters (``scale_beta``, ``scale_gamma``). Weights tied in ``source``
+    (embeddings and LM head) must be tied in ``target`` too.
 
     Returns:
         The number of state-dict entries copied.
@@ -277,7 +297,8 @@ def copy_marian_weights(source: MarianMTModel, target: AdaptiveEntmaxMarianMTMod
     source_state = source.state_dict()
     target_state = target.state_dict()
     missing = sorted(set(source_state) - set(target_state))
-    extra = sorted(key for key in set(target_state) - set(source_state) if not key.endswith("alpha_logits"))
+    new_parameters = ("alpha_logits", "scale_beta", "scale_gamma")
+    extra = sorted(key for key in set(target_state) - set(source_state) if not key.endswith(new_parameters))
     reshaped = [
         f"{key} {tuple(tensor.shape)} -> {tuple(target_state[key].shape)}"
         for key, tensor in source_state.items()

@@ -288,6 +288,7 @@ def render_model_card(model: AdaptiveEntmaxMarianMTModel, info: ModelCardInfo) -
         example=EXAMPLE_SENTENCES.get(info.source_lang or "", EXAMPLE_SENTENCES["en"]),
         intended_use=info.intended_use or default_intended_use(info),
         alpha_tables=alpha_tables(model),
+        scaling_tables=scaling_tables(model),
         sparsity_table=sparsity_table(info.mean_sparsity),
         analysis=info.analysis,
         results_table=results_table(info.eval_results),
@@ -397,6 +398,43 @@ def plain_text(value: Any) -> str:
     return str(value)
 
 
+def _per_head_table(values, decimals: int) -> list[str]:
+    """Markdown rows of a ``(layers, heads)`` tensor: a header of heads, a row per layer."""
+    num_heads = values.shape[1]
+    lines = [
+        "| layer | " + " | ".join(f"head {head}" for head in range(num_heads)) + " |",
+        "| --- |" + " --- |" * num_heads,
+    ]
+    lines += [
+        f"| {layer} | " + " | ".join(f"{value:.{decimals}f}" for value in row.tolist()) + " |"
+        for layer, row in enumerate(values)
+    ]
+    return lines
+
+
+def scaling_tables(model: AdaptiveEntmaxMarianMTModel) -> str | None:
+    """β and γ of ASEntmax per attention type that scales its queries (a row per layer); None without scaling."""
+    sections = []
+    for kind, scales in model.get_attention_scales().items():
+        sections.append(
+            "\n".join(
+                [
+                    f"**{ATTENTION_TITLES[kind]}**: a query that may attend to n tokens is multiplied by "
+                    f"{scales['offset']:g} + β · log(n + 1)^γ",
+                    "",
+                    "β:",
+                    "",
+                    *_per_head_table(scales["beta"], 3),
+                    "",
+                    "γ:",
+                    "",
+                    *_per_head_table(scales["gamma"], 3),
+                ]
+            )
+        )
+    return "\n\n".join(sections) or None
+
+
 def alpha_tables(model: AdaptiveEntmaxMarianMTModel) -> str:
     """One markdown table of α per attention type: a row per layer, a column per head."""
     sections = []
@@ -405,18 +443,8 @@ def alpha_tables(model: AdaptiveEntmaxMarianMTModel) -> str:
         settings = model.config.alpha_settings(kind)
         how = "learned" if settings.learn else "fixed"
         values = alphas[kind]
-        num_heads = values.shape[1]
-        lines = [
-            f"**{ATTENTION_TITLES[kind]}** ({how}; mean α {values.mean().item():.3f})",
-            "",
-            "| layer | " + " | ".join(f"head {head}" for head in range(num_heads)) + " |",
-            "| --- |" + " --- |" * num_heads,
-        ]
-        lines += [
-            f"| {layer} | " + " | ".join(f"{alpha:.3f}" for alpha in row.tolist()) + " |"
-            for layer, row in enumerate(values)
-        ]
-        sections.append("\n".join(lines))
+        title = f"**{ATTENTION_TITLES[kind]}** ({how}; mean α {values.mean().item():.3f})"
+        sections.append("\n".join([title, "", *_per_head_table(values, 3)]))
     return "\n\n".join(sections)
 
 

@@ -13,7 +13,7 @@ from transformers import Seq2SeqTrainingArguments
 from transformers.hf_argparser import string_to_bool
 
 from ..errors import HfEntmaxValueError
-from ..modeling.configuration_adaptive_entmax_marian import AlphaOptions
+from ..modeling.configuration_adaptive_entmax_marian import SCALING_METHODS, AlphaOptions, ScalingOptions
 from .presets import MODEL_PRESETS
 from .recipes import RECIPE_CHOICES
 
@@ -36,50 +36,80 @@ def parse_alpha_init(value: str | float | None, flag: str) -> float | str | None
     return alpha
 
 
-def alpha_flag_help(option: Field, not_given: str) -> str:
-    """The help of an `AlphaOptions` field as a flag: its own help, and what happens when it is not given."""
+def parse_scaling_offset(value: str | float, flag: str) -> float:
+    """A finite number >= 0 given as text; anything else is a clear error."""
+    try:
+        offset = float(value)
+    except (TypeError, ValueError):
+        offset = math.nan
+    if not 0.0 <= offset < math.inf:
+        raise HfEntmaxValueError(f"{flag} must be a finite number >= 0, got {value!r}")
+    return offset
+
+
+def attention_flag_help(option: Field, not_given: str) -> str:
+    """The help of an attention option (α or query scaling) as a flag: its own help, and what happens when it is not
+    given."""
     return f"{option.metadata['help']} Not given: {not_given}"
 
 
+# The α and query-scaling options of the config, as flags of `hf-entmax train` and `hf-entmax convert`.
+ATTENTION_OPTIONS = (*fields(AlphaOptions), *fields(ScalingOptions))
+ATTENTION_OPTION_NAMES = tuple(option.name for option in ATTENTION_OPTIONS)
+SCALING_OPTION_NAMES = tuple(option.name for option in fields(ScalingOptions))
+
+
 def _as_flag(option: Field) -> tuple[str, type, Field]:
-    """An `AlphaOptions` field as a `hf-entmax train` flag that defaults to None, i.e. "not given".
+    """An attention option as a `hf-entmax train` flag that defaults to None, i.e. "not given".
 
     A flag that is not given keeps the starting checkpoint's setting (see `hf_entmax.training.model_loading`), so the
-    command must tell "not given" from "given the default value". α values travel as text ("random" or a number).
+    command must tell "not given" from "given the default value". Values travel as text ("random" or a number).
     """
     flag_type = bool | None if option.type in (bool, bool | None) else str | None
-    return option.name, flag_type, field(default=None, metadata={"help": alpha_flag_help(option, TRAIN_NOT_GIVEN)})
+    not_given = TRAIN_SCALING_NOT_GIVEN if option.name in SCALING_OPTION_NAMES else TRAIN_ALPHA_NOT_GIVEN
+    return option.name, flag_type, field(default=None, metadata={"help": attention_flag_help(option, not_given)})
 
 
-TRAIN_NOT_GIVEN = (
+TRAIN_ALPHA_NOT_GIVEN = (
     "an AdaptiveEntmaxMarian checkpoint's own setting; a learned α from 1.1 for a MarianMT checkpoint; "
     "the default of AdaptiveEntmaxMarianConfig for a fresh model."
 )
-# The α flags of `hf-entmax train`, derived from the one definition the config inherits.
-AlphaArguments = make_dataclass("AlphaArguments", [_as_flag(option) for option in fields(AlphaOptions)])
+TRAIN_SCALING_NOT_GIVEN = (
+    "an AdaptiveEntmaxMarian checkpoint's own setting; the default of AdaptiveEntmaxMarianConfig (no scaling) for a "
+    "MarianMT checkpoint or a fresh model."
+)
+# The attention flags of `hf-entmax train`, derived from the one definition the config inherits.
+AttentionArguments = make_dataclass("AttentionArguments", [_as_flag(option) for option in ATTENTION_OPTIONS])
 
 
-def add_alpha_arguments(parser: argparse.ArgumentParser, not_given: str) -> None:
-    """Add the `AlphaOptions` flags to an argparse command (``hf-entmax convert``), as `hf-entmax train` has them:
-    ``--learn_alpha``, ``--learn_alpha True`` and ``--learn_alpha False`` all work; not given means None."""
-    for option in fields(AlphaOptions):
-        help_text = alpha_flag_help(option, not_given)
+def add_attention_arguments(parser: argparse.ArgumentParser, not_given: str) -> None:
+    """Add the attention flags (α and query scaling) to an argparse command (``hf-entmax convert``), as
+    `hf-entmax train` has them: ``--learn_alpha``, ``--learn_alpha True`` and ``--learn_alpha False`` all work; not
+    given means None."""
+    for option in ATTENTION_OPTIONS:
+        help_text = attention_flag_help(option, not_given)
         if option.type in (bool, bool | None):
             parser.add_argument(f"--{option.name}", type=string_to_bool, nargs="?", const=True, help=help_text)
         else:
             parser.add_argument(f"--{option.name}", help=help_text)
 
 
-def given_alpha_options(arguments: object, flag_prefix: str = "--") -> dict[str, object]:
-    """The α options given on the command line (not None), parsed: α inits as floats or "random", bounds as floats."""
+def given_attention_options(arguments: object, flag_prefix: str = "--") -> dict[str, object]:
+    """The attention options given on the command line (not None), parsed: α inits as floats or "random", α bounds
+    and the scaling offset as floats, scaling methods checked."""
     given = {}
-    for option in fields(AlphaOptions):
+    for option in ATTENTION_OPTIONS:
         value = getattr(arguments, option.name)
         if value is None:
             continue
         flag = f"{flag_prefix}{option.name}"
         if option.name.endswith("alpha_init"):
             value = parse_alpha_init(value, flag)
+        elif option.name.endswith("attention_scaling"):
+            if value not in SCALING_METHODS:
+                raise HfEntmaxValueError(f"{flag} must be one of {', '.join(SCALING_METHODS)}, got {value!r}")
+        elif option.name == "attention_scaling_offset":
+            value = parse_scaling_offset(value, flag)
         elif not isinstance(value, bool):
             try:
                 value = float(value)
@@ -92,8 +122,9 @@ def given_alpha_options(arguments: object, flag_prefix: str = "--") -> dict[str,
 
 
 @dataclass
-class ModelArguments(AlphaArguments):
-    """Which model to train, how its attention chooses α, and the optimiser recipe for flags not given."""
+class ModelArguments(AttentionArguments):
+    """Which model to train, how its attention chooses α and scales its queries, and the optimiser recipe for flags
+    not given."""
 
     model_name_or_path: str | None = field(
         default=None,
@@ -180,11 +211,11 @@ class ModelArguments(AlphaArguments):
             raise HfEntmaxValueError(
                 f"--vocab_size must be at least 8 (three special tokens and some pieces), got {self.vocab_size}"
             )
-        self.alpha_options_given()  # α values are checked now, before any data is read
+        self.attention_options_given()  # α and scaling values are checked now, before any data is read
 
-    def alpha_options_given(self) -> dict[str, object]:
-        """The α flags given (parsed), by option name; the others keep the starting point's settings."""
-        return given_alpha_options(self)
+    def attention_options_given(self) -> dict[str, object]:
+        """The α and query-scaling flags given (parsed), by option name; the others keep the starting point's."""
+        return given_attention_options(self)
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""The model a training run starts from, and the α settings it trains with.
+"""The model a training run starts from, and the attention settings (α, query scaling) it trains with.
 
-A run starts from one of three places, and the α flags (`AlphaOptions`, given or not) resolve differently for each:
+A run starts from one of three places, and the attention flags (`AlphaOptions` and `ScalingOptions`, given or not)
+resolve differently for each:
 
 - **fresh** (no ``--model_name_or_path``): a model of ``--model_size``; flags not given take the config's defaults.
 - **MarianMT** checkpoint (folder or Hub id): its weights, with every softmax head turned into an α-entmax head; flags
@@ -8,10 +9,13 @@ A run starts from one of three places, and the α flags (`AlphaOptions`, given o
 - **AdaptiveEntmaxMarian** checkpoint: flags not given keep the checkpoint's settings, and a learned α resumes from
   its values; a flag given overrides them (``--alpha_init`` restarts a learned α from that value, and a global flag
   replaces the checkpoint's per-attention-type values of the same option).
+
+Query scaling (ASEntmax) resolves the same way; its parameters are new (initialised as the config says) wherever a
+run turns it on for an attention type its checkpoint did not scale, and dropped where a run turns it off.
 """
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,13 +33,12 @@ from ..modeling.configuration_adaptive_entmax_marian import (
     AlphaOptions,
 )
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention, AdaptiveEntmaxMarianMTModel
-from .arguments import ModelArguments
+from .arguments import ATTENTION_OPTION_NAMES, SCALING_OPTION_NAMES, ModelArguments
 from .presets import preset_config_kwargs
 
 
 logger = logging.getLogger(__name__)
 
-ALPHA_OPTION_NAMES = tuple(option.name for option in fields(AlphaOptions))
 # A MarianMT checkpoint's heads were trained as softmax: they start as learned α-entmax heads close to it.
 MARIAN_START_ALPHA = {"alpha_init": 1.1, "learn_alpha": True}
 FRESH_MODEL_DROPOUT = 0.1  # residual and attention dropout, unless --dropout is given
@@ -91,8 +94,8 @@ def read_starting_point(model_name_or_path: str | None) -> StartingPoint:
     return StartingPoint(kind, model_name_or_path, config)
 
 
-def resolve_alpha_options(start: StartingPoint, given: dict[str, object]) -> dict[str, object]:
-    """The α fields of the model to train: the flags given over the starting point's settings.
+def resolve_attention_options(start: StartingPoint, given: dict[str, object]) -> dict[str, object]:
+    """The attention fields (α, query scaling) of the model to train: the flags given over the starting point's.
 
     Raises:
         HfEntmaxValueError: a change the flags ask for that would silently lose or invent α values (fixing an α that
@@ -103,14 +106,14 @@ def resolve_alpha_options(start: StartingPoint, given: dict[str, object]) -> dic
         return dict(given)
     if start.kind == "marian":
         return {**MARIAN_START_ALPHA, **given}
-    options = {name: getattr(start.config, name) for name in ALPHA_OPTION_NAMES}
+    options = {name: getattr(start.config, name) for name in ATTENTION_OPTION_NAMES}
     for name, value in given.items():
         options[name] = value
-        if name in ("alpha_init", "learn_alpha"):
+        if name in ("alpha_init", "learn_alpha", "attention_scaling"):
             # `--alpha_init 1.2` means every head: the checkpoint's per-type values of the option give way to it.
             for kind in ATTENTION_TYPES:
                 options[f"{kind}_{name}"] = given.get(f"{kind}_{name}")
-    resolved = AlphaOptions(**options)
+    resolved = AlphaOptions(**{name: value for name, value in options.items() if name not in SCALING_OPTION_NAMES})
     for kind in ATTENTION_TYPES:
         before, after = start.config.alpha_settings(kind), resolved.alpha_settings(kind)
         init_given = "alpha_init" in given or f"{kind}_alpha_init" in given
@@ -136,13 +139,13 @@ def load_model(
     start: StartingPoint | None = None,
 ) -> AdaptiveEntmaxMarianMTModel:
     """A fresh model of ``--model_size``, or one started from ``--model_name_or_path``, with the α settings resolved
-    by `resolve_alpha_options` (the run prints them with `describe_alpha`).
+    by `resolve_attention_options` (the run prints them with `describe_alpha` and `describe_scaling`).
 
     ``start`` is `read_starting_point(model_args.model_name_or_path)`, read here when not given.
     """
     start = start or read_starting_point(model_args.model_name_or_path)
-    given = model_args.alpha_options_given()
-    options = resolve_alpha_options(start, given)
+    given = model_args.attention_options_given()
+    options = resolve_attention_options(start, given)
     dropout = (
         {} if model_args.dropout is None else {"dropout": model_args.dropout, "attention_dropout": model_args.dropout}
     )
@@ -166,11 +169,12 @@ def load_model(
     architecture = {
         key: value
         for key, value in start.config.to_dict().items()
-        if key in AdaptiveEntmaxMarianConfig.__dataclass_fields__ and key not in ALPHA_OPTION_NAMES
+        if key in AdaptiveEntmaxMarianConfig.__dataclass_fields__ and key not in ATTENTION_OPTION_NAMES
     }
     config = build_config(**architecture, **options, **dropout)
-    # transformers reports every missing key; new α logits are expected (initialised from the config), anything
-    # else is a checkpoint that does not fit, said here in one line instead.
+    # transformers reports every missing key; new α logits and new scaling parameters are expected (initialised from
+    # the config), and so are the scaling parameters of a type the run stops scaling; anything else is a checkpoint
+    # that does not fit, said here in one line instead.
     verbosity = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()
     try:
@@ -179,8 +183,17 @@ def load_model(
         )
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
-    missing = [key for key in loading["missing_keys"] if not key.endswith("alpha_logits")]
-    problems = {"missing": missing, "unexpected": loading["unexpected_keys"], "mismatched": loading["mismatched_keys"]}
+    scaled_before = {
+        kind for kind in ATTENTION_TYPES if start.kind != "marian" and start.config.scaling_method(kind) != "none"
+    }
+    scaled_now = {kind for kind in ATTENTION_TYPES if config.scaling_method(kind) != "none"}
+    missing = [
+        key
+        for key in loading["missing_keys"]
+        if not key.endswith("alpha_logits") and not _is_scaling_key(key, scaled_now - scaled_before)
+    ]
+    unexpected = [key for key in loading["unexpected_keys"] if not _is_scaling_key(key, scaled_before - scaled_now)]
+    problems = {"missing": missing, "unexpected": unexpected, "mismatched": loading["mismatched_keys"]}
     if any(problems.values()):
         listed = "; ".join(f"{what}: {', '.join(map(str, keys[:4]))}" for what, keys in problems.items() if keys)
         raise HfEntmaxValueError(
@@ -194,6 +207,36 @@ def load_model(
                 if isinstance(module, AdaptiveEntmaxMarianAttention) and module.attention_type in restarted:
                     module.reset_alpha_logits()
     return model
+
+
+def _is_scaling_key(key: str, attention_types: set[str]) -> bool:
+    """Whether ``key`` is a query-scaling parameter of an attention module of one of ``attention_types``."""
+    if not key.endswith((".scale_beta", ".scale_gamma")):
+        return False
+    if ".encoder_attn." in key:
+        kind = "cross"
+    else:
+        kind = "encoder_self" if ".encoder." in key else "decoder_self"
+    return kind in attention_types
+
+
+def describe_scaling(model: AdaptiveEntmaxMarianMTModel, start: StartingPoint, given: dict[str, object]) -> list[str]:
+    """One line per attention type whose queries are scaled (ASEntmax), and where the setting comes from; none when
+    no attention type is scaled."""
+    scales = model.get_attention_scales()
+    lines = []
+    for kind, parameters in scales.items():
+        flags = ("attention_scaling", f"{kind}_attention_scaling", "attention_scaling_offset")
+        source = "given" if any(name in given for name in flags) else "checkpoint's"
+        scaled_before = start.kind == "adaptive_entmax_marian" and start.config.scaling_method(kind) != "none"
+        how = "resumed from the checkpoint" if scaled_before else "new"
+        beta, gamma = parameters["beta"], parameters["gamma"]
+        lines.append(
+            f"{ATTENTION_LABELS[kind] + ':':<24}queries scaled by δ + β·log(n + 1)^γ per head (ASEntmax, {how}; "
+            f"{source}): δ {parameters['offset']:g}, β {beta.min():.2f}–{beta.max():.2f}, "
+            f"γ {gamma.min():.2f}–{gamma.max():.2f}"
+        )
+    return lines
 
 
 def describe_alpha(model: AdaptiveEntmaxMarianMTModel, start: StartingPoint, given: dict[str, object]) -> list[str]:

@@ -41,7 +41,7 @@ from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTMod
 from .arguments import DataArguments, ModelArguments
 from .data import limit_samples, load_parallel_data
 from .metrics import sacrebleu_signatures, translation_metrics
-from .model_loading import StartingPoint, describe_alpha, load_model, read_starting_point
+from .model_loading import StartingPoint, describe_alpha, describe_scaling, load_model, read_starting_point
 from .records import alpha_history, evaluations, plain
 from .tokenizer import train_joint_tokenizer
 from .trainer import AdaptiveEntmaxTrainer
@@ -412,13 +412,18 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         compute_metrics=translation_metrics(tokenizer),
         alpha_learning_rate=model_args.alpha_learning_rate,
     )
-    given_alpha = model_args.alpha_options_given()
+    given_attention = model_args.attention_options_given()
     if trainer.is_world_process_zero():
         if stages.train:
             print(describe_recipe(model_args, training_args, trainer.effective_alpha_learning_rate))
         print("α per attention type:")
-        for line in describe_alpha(model, start, given_alpha):
+        for line in describe_alpha(model, start, given_attention):
             print(f"  {line}")
+        scaling_lines = describe_scaling(model, start, given_attention)
+        if scaling_lines:
+            print("Query scaling per attention type:")
+            for line in scaling_lines:
+                print(f"  {line}")
 
     metrics = {}
     if stages.train:
@@ -475,6 +480,10 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         "alphas": {kind: alphas.tolist() for kind, alphas in model.get_alphas().items()},
         "alpha_settings": {
             kind: vars(model.config.alpha_settings(kind)) for kind in ("encoder_self", "decoder_self", "cross")
+        },
+        "attention_scales": {
+            kind: {"beta": scales["beta"].tolist(), "gamma": scales["gamma"].tolist(), "offset": scales["offset"]}
+            for kind, scales in model.get_attention_scales().items()
         },
         "recipe": model_args.recipe,
         "hyperparameters": hyperparameters(model_args, training_args, trainer, num_beams),

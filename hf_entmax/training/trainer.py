@@ -21,37 +21,54 @@ def is_alpha_parameter(name: str) -> bool:
     return name.endswith("alpha_logits")
 
 
-def alpha_logs(model: nn.Module) -> dict[str, float]:
-    """α of every head as flat log entries: ``alpha/<type>/layer_<l>/head_<h>`` and ``alpha/<type>/mean``."""
-    get_alphas = getattr(model, "get_alphas", None)
-    if get_alphas is None:
-        return {}
-    logs = {}
-    for kind, alphas in get_alphas().items():
-        logs[f"alpha/{kind}/mean"] = round(alphas.mean().item(), 5)
-        for layer, row in enumerate(alphas.tolist()):
-            for head, alpha in enumerate(row):
-                logs[f"alpha/{kind}/layer_{layer}/head_{head}"] = round(alpha, 5)
+def _per_head_logs(name: str, values: torch.Tensor) -> dict[str, float]:
+    """``(layers, heads)`` values as ``<name>/layer_<l>/head_<h>`` entries and their ``<name>/mean``."""
+    logs = {f"{name}/mean": round(values.mean().item(), 5)}
+    for layer, row in enumerate(values.tolist()):
+        for head, value in enumerate(row):
+            logs[f"{name}/layer_{layer}/head_{head}"] = round(value, 5)
     return logs
 
 
-def without_per_head_alphas(logs: dict | None) -> dict:
-    """``logs`` with α reduced to its mean per attention type, for the console."""
-    return {key: value for key, value in (logs or {}).items() if not key.startswith("alpha/") or key.endswith("/mean")}
+def attention_logs(model: nn.Module) -> dict[str, float]:
+    """α of every head, and ASEntmax's β and γ where queries are scaled, as flat log entries:
+    ``alpha/<type>/layer_<l>/head_<h>`` and ``alpha/<type>/mean`` (likewise ``scale_beta/…``, ``scale_gamma/…``)."""
+    logs = {}
+    if hasattr(model, "get_alphas"):
+        for kind, alphas in model.get_alphas().items():
+            logs.update(_per_head_logs(f"alpha/{kind}", alphas))
+    if hasattr(model, "get_attention_scales"):
+        for kind, scales in model.get_attention_scales().items():
+            logs.update(_per_head_logs(f"scale_beta/{kind}", scales["beta"]))
+            logs.update(_per_head_logs(f"scale_gamma/{kind}", scales["gamma"]))
+    return logs
+
+
+PER_HEAD_LOG_PREFIXES = ("alpha/", "scale_beta/", "scale_gamma/")
+
+
+def without_per_head_values(logs: dict | None) -> dict:
+    """``logs`` with α, β and γ reduced to their mean per attention type, for the console."""
+    return {
+        key: value
+        for key, value in (logs or {}).items()
+        if not key.startswith(PER_HEAD_LOG_PREFIXES) or key.endswith("/mean")
+    }
 
 
 class ConciseProgressCallback(ProgressCallback):
-    """The console progress bar and log lines, without per-head α (which still reaches log_history and reporters)."""
+    """The console progress bar and log lines, without per-head α, β, γ (which still reach log_history and
+    reporters)."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        super().on_log(args, state, control, logs=without_per_head_alphas(logs), **kwargs)
+        super().on_log(args, state, control, logs=without_per_head_values(logs), **kwargs)
 
 
 class ConcisePrinterCallback(PrinterCallback):
-    """The console log lines of a run without progress bar (``--disable_tqdm``), without per-head α."""
+    """The console log lines of a run without progress bar (``--disable_tqdm``), without per-head α, β, γ."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        super().on_log(args, state, control, logs=without_per_head_alphas(logs), **kwargs)
+        super().on_log(args, state, control, logs=without_per_head_values(logs), **kwargs)
 
 
 class LogAtCheckpoints(TrainerCallback):
@@ -213,11 +230,12 @@ class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         if "loss" in logs:
-            alphas = alpha_logs(self.model)
-            if not all(math.isfinite(value) for value in alphas.values()):
+            per_head = attention_logs(self.model)
+            if not all(math.isfinite(value) for value in per_head.values()):
+                broken = sorted({key.split("/")[0] for key, value in per_head.items() if not math.isfinite(value)})
                 raise HfEntmaxError(
-                    f"training diverged by step {self.state.global_step}: some α are not finite; lower "
-                    "--alpha_learning_rate"
+                    f"training diverged by step {self.state.global_step}: some {', '.join(broken)} values are not "
+                    "finite; lower --alpha_learning_rate (α) or --learning_rate (scales)"
                 )
-            logs = {**logs, **alphas}
+            logs = {**logs, **per_head}
         super().log(logs, *args, **kwargs)
