@@ -306,3 +306,16 @@ def test_describe_names_the_kernel_its_build_and_its_cache():
     assert " ".join(status.flags) in text and str(status.library.parent) in text
     assert ("OpenMP threads" if status.openmp else "one thread") in text
     assert "vector instructions: " in text
+
+
+@pytest.mark.skipif(
+    os.environ.get("HF_ENTMAX_REQUIRE_KERNEL") != "1", reason="only where the kernel must build (CI sets it)"
+)
+def test_the_kernel_builds_where_it_must():
+    """The kernel tests skip on a machine without a compiler; CI must not pass by skipping them, so there a build
+    that fails is a failure (``HF_ENTMAX_REQUIRE_KERNEL=1``, with ``HF_ENTMAX_REQUIRE_OPENMP=0|1`` to say which
+    build is expected)."""
+    assert cpu.kernel_available(), describe()
+    openmp = os.environ.get("HF_ENTMAX_REQUIRE_OPENMP")
+    if openmp is not None:
+        assert ("OpenMP threads" in describe()) == (openmp == "1"), describe()
