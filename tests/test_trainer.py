@@ -17,7 +17,7 @@ def train_features(tokenizer):
 
 
 def make_trainer(tmp_path, tokenizer, train_features, **overrides):
-    model = tiny_model(vocab_size=len(tokenizer), init_std=0.3)
+    model = tiny_model(vocab_size=len(tokenizer), init_std=0.3, **overrides.pop("config", {}))
     settings = dict(
         output_dir=str(tmp_path / "run"),
         max_steps=4,
@@ -53,6 +53,17 @@ def test_alpha_logits_get_their_own_group_without_weight_decay(tmp_path, tokeniz
         assert not model_alphas & {id(p) for p in group["params"]}
     all_trainable = {id(p) for p in trainer.model.parameters() if p.requires_grad}
     assert {id(p) for group in optimizer.param_groups for p in group["params"]} == all_trainable
+
+
+def test_scaling_parameters_train_at_the_models_rate_without_weight_decay(tmp_path, tokenizer, train_features):
+    """Decay (0.1 here) would pull β and γ towards no length scaling; they train with the model's learning rate."""
+    trainer = make_trainer(tmp_path, tokenizer, train_features, config={"attention_scaling": "asentmax"})
+    optimizer = trainer.create_optimizer()
+    scales = {id(p) for name, p in trainer.model.named_parameters() if name.endswith(("scale_beta", "scale_gamma"))}
+    assert len(scales) == 3 * 2 * 2  # three attention types, two layers, β and γ
+    groups = [group for group in optimizer.param_groups if scales & {id(p) for p in group["params"]}]
+    assert len(groups) == 1 and scales <= {id(p) for p in groups[0]["params"]}
+    assert groups[0]["weight_decay"] == 0.0 and groups[0]["lr"] == 1e-3
 
 
 def test_alpha_learning_rate_defaults_to_ten_times_the_models(tmp_path, tokenizer, train_features):

@@ -196,6 +196,12 @@ class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
             return self.alpha_learning_rate
         return DEFAULT_ALPHA_LEARNING_RATE_FACTOR * self.args.learning_rate
 
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        # Decay would pull ASEntmax's β and γ towards 0, i.e. towards no length scaling at all: like α, they keep
+        # the values the loss gives them.
+        names = super().get_decay_parameter_names(model)
+        return [name for name in names if not name.endswith(("scale_beta", "scale_gamma"))]
+
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         if self.optimizer is not None:
             return self.optimizer
