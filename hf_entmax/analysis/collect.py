@@ -38,6 +38,38 @@ TOP_TOKENS = 3
 
 
 @dataclass
+class QueryScaling:
+    """ASEntmax's learned temperature of one attention type: head h of layer l multiplies a query that may attend to
+    n keys by ``offset + beta[l, h] * log(n + 1) ** gamma[l, h]`` before α-entmax (as
+    ``AdaptiveEntmaxMarianAttention.query_scale`` does).
+
+    Attributes:
+        beta, gamma: ``(layers, heads)`` β and γ of each head.
+        offset: The fixed offset δ (``attention_scaling_offset``).
+        key_counts: The fewest and the most keys a query of the analysed sentences may attend to.
+    """
+
+    beta: torch.Tensor
+    gamma: torch.Tensor
+    offset: float
+    key_counts: tuple[int, int]
+
+    def factor(self, num_keys: torch.Tensor | int) -> torch.Tensor:
+        """The factor of every head at each number of keys: ``(N,)`` or a number → ``(layers, heads, N)``."""
+        num_keys = torch.as_tensor(num_keys, dtype=torch.float64).reshape(-1)  # (N,)
+        log_keys = torch.log1p(num_keys.clamp(min=1.0))  # (N,), positive from n = 1
+        return self.offset + self.beta.double()[..., None] * log_keys.pow(self.gamma.double()[..., None])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "beta": self.beta.tolist(),
+            "gamma": self.gamma.tolist(),
+            "offset": self.offset,
+            "key_counts": list(self.key_counts),
+        }
+
+
+@dataclass
 class AttentionTypeStatistics:
     """The numbers of one attention type (encoder self, decoder self or cross) of one model.
 
@@ -51,6 +83,7 @@ class AttentionTypeStatistics:
         same_word_mass: ``(layers, heads)`` mean probability on the other subword pieces of the query's word;
             self-attention only.
         top_tokens: ``[layer][head]`` → the most attended tokens as ``(token, share of the head's attention)``.
+        scaling: ASEntmax's β, γ and δ when this attention type scales its queries, else None.
     """
 
     alpha: torch.Tensor
@@ -60,9 +93,10 @@ class AttentionTypeStatistics:
     next_token_mass: torch.Tensor | None
     same_word_mass: torch.Tensor | None
     top_tokens: list[list[list[tuple[str, float]]]]
+    scaling: QueryScaling | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain lists for JSON: NaN becomes None."""
+        """Plain lists for JSON: NaN becomes None; ``"scaling"`` only where the queries are scaled."""
         result: dict[str, Any] = {}
         for name in ("alpha", "density", "js_divergence", "previous_token_mass", "next_token_mass", "same_word_mass"):
             values = getattr(self, name)
@@ -71,6 +105,8 @@ class AttentionTypeStatistics:
             [[{"token": token, "share": share} for token, share in head] for head in layer]
             for layer in self.top_tokens
         ]
+        if self.scaling is not None:
+            result["scaling"] = self.scaling.to_dict()
         return result
 
 
@@ -148,7 +184,8 @@ def analyze_model(
     """Measure what every attention head does on a sample of sentences (Correia et al. 2019, Section 5).
 
     Per attention type, layer and head: α, attention density, previous/next-token and same-word mass, the
-    most attended tokens; per layer: the Jensen–Shannon divergence between heads.
+    most attended tokens, and ASEntmax's β, γ and δ where the queries are scaled; per layer: the Jensen–Shannon
+    divergence between heads.
 
     Args:
         model: An AdaptiveEntmaxMarian or plain Marian (softmax) model, or the folder of one (then α over
@@ -207,7 +244,7 @@ def analyze_model(
         model_type=model.config.model_type,
         num_sentences=len(sources),
         decoder_inputs="greedy translations" if targets is None else "references",
-        attention=collector.results(model_alphas(model)),
+        attention=collector.results(model_alphas(model), model_scales(model)),
         alpha_history=read_alpha_history(source_folder) if source_folder else None,
         examples=collector.examples,
         source=str(source_folder) if source_folder else None,
@@ -219,6 +256,14 @@ def model_alphas(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     if isinstance(model, AdaptiveEntmaxMarianPreTrainedModel):
         return model.get_alphas()
     return {kind: torch.ones(layers_and_heads(model.config, kind)) for kind in ATTENTION_TYPES}
+
+
+def model_scales(model: PreTrainedModel) -> dict[str, dict[str, torch.Tensor | float]]:
+    """ASEntmax's ``{"beta", "gamma", "offset"}`` of the attention types that scale their queries (``{}`` for a
+    model without scaling, and for a Marian model)."""
+    if isinstance(model, AdaptiveEntmaxMarianPreTrainedModel):
+        return model.get_attention_scales()
+    return {}
 
 
 def layers_and_heads(config: PreTrainedConfig, kind: str) -> tuple[int, int]:
@@ -266,6 +311,8 @@ class _Collector:
         self.token_mass = {
             kind: torch.zeros(*shapes[kind], self.vocab_size, dtype=torch.float64) for kind in ATTENTION_TYPES
         }
+        # The fewest and the most keys a real query may attend to: the lengths ASEntmax's factor was applied at.
+        self.key_counts: dict[str, tuple[int, int] | None] = dict.fromkeys(ATTENTION_TYPES)
         self.examples: list[AttentionExample] = []
 
     @torch.no_grad()
@@ -318,6 +365,11 @@ class _Collector:
             "cross": outputs.cross_attentions,
         }
         for kind, layers in attentions.items():
+            num_keys = allowed[kind].sum(-1)  # (B, Q)
+            num_keys = num_keys[num_keys > 0].tolist()  # of the real queries
+            earlier = list(self.key_counts[kind] or ())
+            if num_keys or earlier:
+                self.key_counts[kind] = (min(num_keys + earlier), max(num_keys + earlier))
             sums = self.sums[kind]
             for layer, attention in enumerate(layers):  # attention: (B, H, Q, K)
                 attention = attention.float()
@@ -354,7 +406,9 @@ class _Collector:
         rows = [word_ids(self.tokenizer.convert_ids_to_tokens(row), self.special_tokens) for row in token_ids.tolist()]
         return torch.tensor(rows, dtype=torch.long, device=token_ids.device)
 
-    def results(self, alphas: dict[str, torch.Tensor]) -> dict[str, AttentionTypeStatistics]:
+    def results(
+        self, alphas: dict[str, torch.Tensor], scales: dict[str, dict[str, torch.Tensor | float]]
+    ) -> dict[str, AttentionTypeStatistics]:
         results = {}
         for kind in ATTENTION_TYPES:
             sums = self.sums[kind]
@@ -378,6 +432,14 @@ class _Collector:
                 next_token_mass=stacked.get("next_token_mass"),
                 same_word_mass=stacked.get("same_word_mass"),
                 top_tokens=top_tokens,
+                scaling=None
+                if kind not in scales
+                else QueryScaling(
+                    beta=scales[kind]["beta"].float(),
+                    gamma=scales[kind]["gamma"].float(),
+                    offset=float(scales[kind]["offset"]),
+                    key_counts=self.key_counts[kind],
+                ),
             )
         return results
 
@@ -396,7 +458,9 @@ __all__ = [
     "AttentionExample",
     "AttentionTypeStatistics",
     "ModelAnalysis",
+    "QueryScaling",
     "analyze_model",
     "layers_and_heads",
     "model_alphas",
+    "model_scales",
 ]

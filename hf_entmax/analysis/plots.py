@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
@@ -18,6 +19,8 @@ from .collect import AttentionExample, ModelAnalysis
 # α of a learned head lives in [1, 2]; histogram bins of 0.05.
 ALPHA_BINS = np.linspace(1.0, 2.0, 21)
 DPI = 120
+# ASEntmax's factor is drawn from one key to this many (or to the report's long length, if that is longer).
+FACTOR_CURVE_MAX_KEYS = 4096
 
 
 def plot_alpha_histograms(analyses: list[ModelAnalysis], path: str | os.PathLike) -> Path:
@@ -106,6 +109,52 @@ def plot_alpha_trajectories(analyses: list[ModelAnalysis], path: str | os.PathLi
     return _save(figure, path)
 
 
+def plot_query_scales(analyses: list[ModelAnalysis], path: str | os.PathLike, length_multiple: int) -> Path | None:
+    """ASEntmax's factor on the queries, ``δ + β·log(n + 1)^γ``, against the number of keys n (log scale), one line
+    per head coloured by layer: a panel per model with scaling (rows) and attention type (columns). The band shows
+    the numbers of keys the queries of the analysed sentences saw; the dotted line, ``length_multiple`` times the
+    most of them (inputs that much longer).
+
+    Returns:
+        The figure's path, or None when no model scales its queries.
+    """
+    with_scaling = [analysis for analysis in analyses if any(s.scaling for s in analysis.attention.values())]
+    if not with_scaling:
+        return None
+    kinds = [kind for kind in ATTENTION_TYPES if any(analysis.attention[kind].scaling for analysis in with_scaling)]
+    longest = max(
+        analysis.attention[kind].scaling.key_counts[1]
+        for analysis in with_scaling
+        for kind in kinds
+        if analysis.attention[kind].scaling
+    )
+    num_keys = np.unique(np.geomspace(1, max(FACTOR_CURVE_MAX_KEYS, length_multiple * longest), 200).round())  # (N,)
+    figure = Figure(figsize=(4.2 * len(kinds), 0.4 + 3.0 * len(with_scaling)), layout="constrained")
+    axes = figure.subplots(len(with_scaling), len(kinds), squeeze=False)
+    layer_colors = colormaps["tab10"].colors
+    for row, analysis in enumerate(with_scaling):
+        for column, kind in enumerate(kinds):
+            axis, scaling = axes[row, column], analysis.attention[kind].scaling
+            axis.set(title=f"{analysis.name}: {ATTENTION_TITLES[kind]}", xlabel="keys a query may attend to (n)",
+                     xscale="log")  # fmt: skip
+            axis.title.set_fontsize("small")
+            if scaling is None:
+                axis.text(0.5, 0.5, "queries not scaled", transform=axis.transAxes, ha="center")
+                axis.set_axis_off()  # no curve to read off: no empty scales either
+                continue
+            factors = scaling.factor(torch.from_numpy(num_keys)).numpy()  # (layers, heads, N)
+            for layer, head in np.ndindex(factors.shape[:2]):
+                axis.plot(num_keys, factors[layer, head], color=layer_colors[layer % len(layer_colors)], linewidth=1,
+                          label=f"layer {layer}" if head == 0 else None)  # fmt: skip
+            axis.axvspan(*scaling.key_counts, color="grey", alpha=0.2, label="analysed sentences")
+            long_keys = length_multiple * scaling.key_counts[1]
+            axis.axvline(long_keys, color="grey", linestyle=":", label=f"{length_multiple}× longer ({long_keys})")
+            axis.axhline(1.0, color="black", linewidth=0.5)  # a factor of 1 leaves the query as it is
+            axis.legend(fontsize="x-small")
+        axes[row, 0].set_ylabel("factor on the query")
+    return _save(figure, path)
+
+
 def plot_attention_maps(
     example: AttentionExample, kind: str, alphas: np.ndarray, title: str, path: str | os.PathLike
 ) -> Path:
@@ -167,4 +216,5 @@ __all__ = [
     "plot_attention_maps",
     "plot_heatmaps",
     "plot_js_divergence",
+    "plot_query_scales",
 ]

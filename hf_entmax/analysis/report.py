@@ -2,6 +2,8 @@
 
 Findings are plain sentences derived from the numbers with the thresholds below, e.g. "2 of 4 encoder
 self-attention heads in layer 0 attend to the previous token: head 1 with 96% of its mass (α 1.93, sparse)".
+Attention types that scale their queries (ASEntmax) add their β, γ and the factor δ + β·log(n + 1)^γ to the tables,
+the findings and a figure; a report without such types reads exactly as one of a model without the option.
 `model_card_section` turns a written report into the model card's analysis section.
 """
 
@@ -18,7 +20,7 @@ from ..common.records import ALPHA_HISTORY_FILE
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TITLES, ATTENTION_TYPES
 from . import plots
-from .collect import AttentionTypeStatistics, ModelAnalysis
+from .collect import AttentionTypeStatistics, ModelAnalysis, QueryScaling
 
 
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
@@ -32,6 +34,8 @@ ROLE_MASS = 0.5
 TOKEN_FOCUS_SHARE = 0.5
 # Agreement between the α of a report and of the model whose card shows it.
 CARD_ALPHA_TOLERANCE = 1e-4
+# ASEntmax's factor is also reported for inputs this many times longer than the longest analysed one.
+LONG_INPUT_MULTIPLE = 8
 
 FIGURES = {
     "alpha_histogram": ("alpha_histogram.png", "How many heads have each α, per attention type."),
@@ -43,9 +47,15 @@ FIGURES = {
     ),
     "js_divergence": ("js_divergence.png", "Head diversity: mean Jensen–Shannon divergence between heads, per layer."),
     "alpha_trajectories": ("alpha_trajectories.png", "α of every head over training steps."),
+    "query_scales": (
+        "query_scales.png",
+        "ASEntmax: the factor δ + β·log(n + 1)^γ on each head's queries against the number of keys n a query may "
+        f"attend to; the band is the range of n in the analysed sentences, the dotted line {LONG_INPUT_MULTIPLE}× "
+        "its longest.",
+    ),
 }
 # The figures a model card shows, in this order.
-CARD_FIGURES = ("alpha_heatmap", "density_heatmap", "js_divergence", "alpha_trajectories")
+CARD_FIGURES = ("alpha_heatmap", "density_heatmap", "js_divergence", "alpha_trajectories", "query_scales")
 # (statistic, what one head does, what several heads do)
 ROLES = (
     ("previous_token_mass", "attends to the previous token", "attend to the previous token"),
@@ -89,6 +99,9 @@ def write_report(
         "density_heatmap": plots.plot_heatmaps(analyses, "density", output_dir / FIGURES["density_heatmap"][0]),
         "js_divergence": plots.plot_js_divergence(analyses, output_dir / FIGURES["js_divergence"][0]),
         "alpha_trajectories": plots.plot_alpha_trajectories(analyses, output_dir / FIGURES["alpha_trajectories"][0]),
+        "query_scales": plots.plot_query_scales(
+            analyses, output_dir / FIGURES["query_scales"][0], LONG_INPUT_MULTIPLE
+        ),
     }
     attention_maps = []
     for analysis in analyses:
@@ -105,7 +118,8 @@ def write_report(
     ]
     report = {
         "sample": sample_description,
-        "definitions": DEFINITIONS,
+        # The scaling's definition only where a model scales its queries: other reports read as before.
+        "definitions": DEFINITIONS | (SCALING_DEFINITIONS if any(map(_has_scaling, analyses)) else {}),
         "thresholds": {
             "sparse_alpha": SPARSE_ALPHA,
             "near_softmax_alpha": NEAR_SOFTMAX_ALPHA,
@@ -157,6 +171,15 @@ DEFINITIONS = {
     "whose word has several pieces (self-attention only; a piece starting with ▁ begins a word).",
     "top_tokens": "the token types that receive the largest share of the head's attention, summed over queries.",
 }
+SCALING_DEFINITIONS = {
+    "scaling": "ASEntmax (attention types with attention_scaling 'asentmax' only): before α-entmax, head h "
+    "multiplies a query that may attend to n keys (real source tokens; the causal prefix in decoder "
+    "self-attention) by δ + β_h · log(n + 1)^γ_h, with β_h and γ_h learned and the offset δ fixed. The factor "
+    "is monotonic in n: it grows with n (the head sharpens, attending to fewer keys, on longer inputs) where "
+    "β·γ > 0 and shrinks (the head softens) where β·γ < 0; at 1 the scores are those of an unscaled head. "
+    f"Reported at the numbers of keys the queries of the analysed sentences saw, and at {LONG_INPUT_MULTIPLE}× "
+    "the largest of them.",
+}
 
 
 def mean_sparsity(analysis: ModelAnalysis) -> dict[str, float]:
@@ -184,7 +207,29 @@ def summarize(analysis: ModelAnalysis) -> dict[str, dict[str, Any]]:
             "positional_heads": len(_role_heads(statistics, "previous_token_mass", "next_token_mass")),
             "subword_heads": len(_role_heads(statistics, "same_word_mass")),
         }
+        if statistics.scaling is not None:
+            summary[kind]["scaling"] = _scaling_summary(statistics.scaling)
     return summary
+
+
+def _scaling_summary(scaling: QueryScaling) -> dict[str, Any]:
+    """ASEntmax's β, γ and factor of one attention type, in numbers: see ``SCALING_DEFINITIONS``."""
+    trend = scaling.beta * scaling.gamma  # (layers, heads): the sign of d factor / d n
+    fewest, most = scaling.key_counts
+    long_keys = LONG_INPUT_MULTIPLE * most
+    # The factor is monotonic in n, so over the sample's n it spans the values at the fewest and the most keys.
+    sample_factors, long_factors = scaling.factor([fewest, most]), scaling.factor(long_keys)  # (layers, heads, 2|1)
+    return {
+        "offset": scaling.offset,
+        "mean_beta": round(scaling.beta.mean().item(), 4),
+        "mean_gamma": round(scaling.gamma.mean().item(), 4),
+        "sharpening_heads": int((trend > 0).sum()),
+        "softening_heads": int((trend < 0).sum()),
+        "key_counts": [fewest, most],
+        "factor_range": [round(sample_factors.min().item(), 4), round(sample_factors.max().item(), 4)],
+        "long_keys": long_keys,
+        "long_factor_range": [round(long_factors.min().item(), 4), round(long_factors.max().item(), 4)],
+    }
 
 
 def findings(analysis: ModelAnalysis) -> list[str]:
@@ -204,6 +249,8 @@ def findings(analysis: ModelAnalysis) -> list[str]:
                 f"a non-zero weight to {_percent(density.nanmean())} of the tokens it may attend to, on average "
                 "(softmax: 100%)."
             )
+        if statistics.scaling is not None:
+            sentences += _scaling_findings(title, statistics.scaling)
         num_layers, num_heads = alpha.shape
         for layer in range(num_layers):
             where = f"{noun} heads in layer {layer}"
@@ -351,15 +398,25 @@ def summary_table(models: list[dict[str, Any]]) -> str:
 
 
 def head_table(statistics: AttentionTypeStatistics) -> str:
-    """Markdown table of one attention type: a row per head with α, density, role masses and top tokens."""
+    """Markdown table of one attention type: a row per head with α, density, role masses and top tokens, and
+    ASEntmax's β, γ and factor at the most keys of the sample and `LONG_INPUT_MULTIPLE` times that, when scaled."""
     roles = [(name, label) for name, label in (("previous_token_mass", "previous"), ("next_token_mass", "next"),
              ("same_word_mass", "same word")) if getattr(statistics, name) is not None]  # fmt: skip
-    header = ["layer", "head", "α", "density", *(label for _, label in roles), "most attended tokens"]
+    scaling = statistics.scaling
+    scaling_header, factors = [], None
+    if scaling is not None:
+        key_counts = [scaling.key_counts[1], LONG_INPUT_MULTIPLE * scaling.key_counts[1]]
+        scaling_header = ["β", "γ", *(f"factor at n = {num_keys}" for num_keys in key_counts)]
+        factors = scaling.factor(key_counts)  # (layers, heads, 2)
+    header = ["layer", "head", "α", *scaling_header, "density", *(label for _, label in roles), "most attended tokens"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     num_layers, num_heads = statistics.alpha.shape
     for layer in range(num_layers):
         for head in range(num_heads):
             cells = [str(layer), str(head), f"{statistics.alpha[layer, head]:.3f}"]
+            if scaling is not None:
+                cells += [f"{scaling.beta[layer, head]:.3f}", f"{scaling.gamma[layer, head]:.3f}"]
+                cells += [f"{factor:.3f}" for factor in factors[layer, head].tolist()]
             cells.append(_percent(statistics.density[layer, head]))
             cells += [_percent(getattr(statistics, name)[layer, head]) for name, _ in roles]
             cells.append(
@@ -370,21 +427,27 @@ def head_table(statistics: AttentionTypeStatistics) -> str:
 
 
 def model_card_section(
-    report_dir: str | os.PathLike, alphas: dict[str, torch.Tensor], figures_folder: str = "analysis"
+    report_dir: str | os.PathLike,
+    alphas: dict[str, torch.Tensor],
+    figures_folder: str = "analysis",
+    attention_scales: dict[str, dict[str, torch.Tensor | float]] | None = None,
 ) -> tuple[str, dict[str, Path]]:
-    """The model card's analysis section from an `hf-entmax analyze` output folder, and the figures it shows.
+    """The model card's analysis section from an `hf-entmax analyze` output folder, and the figures it shows (with
+    ASEntmax's factor against n when the model scales its queries).
 
     Args:
         report_dir: The folder `write_report` wrote.
         alphas: α of the model the card is for (``get_alphas()``): the report's first model must have these.
         figures_folder: Where the card expects the figures, relative to the card.
+        attention_scales: ASEntmax's β, γ and δ of that model (``get_attention_scales()``), if it should be checked
+            too: the report's first model must scale the same attention types with these.
 
     Returns:
         ``(markdown, files)``: ``files`` maps a path relative to the card to the figure to copy there.
 
     Raises:
         HfEntmaxFileNotFoundError: If the folder has no ``report.json``.
-        HfEntmaxValueError: If the report is unreadable or its α are not those of ``alphas``.
+        HfEntmaxValueError: If the report is unreadable or its α (or β, γ, δ) are not those of the model.
     """
     report_dir = Path(report_dir)
     path = report_dir / REPORT_JSON
@@ -396,6 +459,12 @@ def model_card_section(
         report = json.loads(path.read_text(encoding="utf-8"))
         model = report["models"][0]
         reported = {kind: np.array(model["attention"][kind]["alpha"], dtype=float) for kind in ATTENTION_TYPES}
+        reported_scales = {
+            kind: model["attention"][kind]["scaling"]
+            for kind in ATTENTION_TYPES
+            if "scaling" in model["attention"][kind]
+        }
+        scales_agree = attention_scales is None or _same_scales(reported_scales, attention_scales)
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as error:
         raise HfEntmaxValueError(
             f"--analysis {path}: not a report written by `hf-entmax analyze` ({error!r})"
@@ -409,6 +478,12 @@ def model_card_section(
                 f"--analysis {report_dir}: the report's model {model['name']!r} has other {kind} α than this model; "
                 "analyse this model with `hf-entmax analyze`"
             )
+    if not scales_agree:
+        raise HfEntmaxValueError(
+            f"--analysis {report_dir}: the report's model {model['name']!r} scales its queries otherwise than this "
+            f"model (ASEntmax β, γ, δ of {sorted(reported_scales)} in the report, of {sorted(attention_scales)} in "
+            "the model); analyse this model with `hf-entmax analyze`"
+        )
 
     lines = [
         f"Measured with `hf-entmax analyze` on {model['num_sentences']} sentences"
@@ -429,6 +504,22 @@ def model_card_section(
     return "\n".join(lines), files
 
 
+def _same_scales(reported: dict[str, dict], scales: dict[str, dict[str, torch.Tensor | float]]) -> bool:
+    """Whether a report's ``"scaling"`` entries hold the β, γ and δ of ``get_attention_scales()``."""
+    if set(reported) != set(scales):
+        return False
+    for kind, expected in scales.items():
+        for name in ("beta", "gamma"):
+            values = np.array(reported[kind][name], dtype=float)
+            if values.shape != tuple(expected[name].shape) or not np.allclose(
+                values, expected[name].numpy(), atol=CARD_ALPHA_TOLERANCE, rtol=0
+            ):
+                return False
+        if not np.isclose(reported[kind]["offset"], expected["offset"], atol=CARD_ALPHA_TOLERANCE, rtol=0):
+            return False
+    return True
+
+
 def _trajectory_findings(analysis: ModelAnalysis) -> list[str]:
     if not analysis.alpha_history:
         return []
@@ -447,6 +538,43 @@ def _trajectory_findings(analysis: ModelAnalysis) -> list[str]:
         f"Over training ({steps}), mean α went {means}; α moved most in {ATTENTION_TITLES[kind].lower()} layer "
         f"{layer} head {head}: {first[kind][layer][head]:.2f} → {last[kind][layer][head]:.2f}."
     ]
+
+
+def _scaling_findings(title: str, scaling: QueryScaling) -> list[str]:
+    """How one attention type's heads scale their queries with the number of keys (``SCALING_DEFINITIONS``)."""
+    numbers = _scaling_summary(scaling)
+    beta, gamma = scaling.beta, scaling.gamma
+    num_heads = beta.numel()
+    constant = num_heads - numbers["sharpening_heads"] - numbers["softening_heads"]
+    fewest, most = numbers["key_counts"]
+    long_keys = numbers["long_keys"]
+    keys = f"{fewest} key" if fewest == most == 1 else f"{fewest}–{most} keys" if fewest < most else f"{most} keys"
+    sentences = [
+        f"{title} scales its queries by {scaling.offset:g} + β·log(n + 1)^γ (ASEntmax): "
+        f"{numbers['sharpening_heads']} of {num_heads} heads sharpen as inputs grow (β·γ > 0), "
+        f"{numbers['softening_heads']} soften (β·γ < 0)"
+        + (f", {constant} keep a constant factor" if constant else "")
+        + f"; β from {beta.min():.2f} to {beta.max():.2f}, γ from {gamma.min():.2f} to {gamma.max():.2f}. "
+        f"The factor spans {_range(numbers['factor_range'])} at the {keys} a query may attend to in these sentences "
+        f"and {_range(numbers['long_factor_range'])} at {long_keys} keys ({LONG_INPUT_MULTIPLE}× the longest)."
+    ]
+    at_most, at_long = scaling.factor([most, long_keys]).unbind(-1)  # (layers, heads) each
+    layer, head = np.unravel_index((at_long - at_most).abs().argmax().item(), at_most.shape)
+    if at_long[layer, head] != at_most[layer, head]:
+        sentences.append(
+            f"{title}: the factor changes most in layer {layer} head {head} (β {beta[layer, head]:.2f}, "
+            f"γ {gamma[layer, head]:.2f}): {at_most[layer, head]:.2f} at {most} keys → {at_long[layer, head]:.2f} at "
+            f"{long_keys}."
+        )
+    return sentences
+
+
+def _has_scaling(analysis: ModelAnalysis) -> bool:
+    return any(statistics.scaling is not None for statistics in analysis.attention.values())
+
+
+def _range(bounds: list[float]) -> str:
+    return f"{bounds[0]:.2f}–{bounds[1]:.2f}"
 
 
 def _role_heads(statistics: AttentionTypeStatistics, *names: str) -> list[tuple[int, int]]:

@@ -2,9 +2,11 @@
 
 On a sample of sentence pairs it measures, per attention type, layer and head: α (and α over training when the
 folder has `alpha_history.json`), attention density, head diversity (Jensen–Shannon divergence between heads) and
-head roles (previous/next-token heads, subword-merging heads, the most attended tokens). It writes PNG figures,
-report.json with every number and report.md with tables and findings. `--compare` adds other models (for example
-softmax and 1.5-entmax baselines, or a plain Marian model) to the same figures and tables.
+head roles (previous/next-token heads, subword-merging heads, the most attended tokens); for attention types that
+scale their queries (ASEntmax), β and γ of each head and the factor δ + β·log(n + 1)^γ against the number of keys
+n, at the sample's lengths and 8× the longest. It writes PNG figures, report.json with every number and report.md
+with tables and findings. `--compare` adds other models (for example softmax and 1.5-entmax baselines, or a plain
+Marian model) to the same figures and tables.
 """
 
 import argparse
