@@ -1,0 +1,406 @@
+"""Length extrapolation on synthetic seq2seq tasks: softmax vs 1.5-entmax vs adaptive α-entmax vs ASEntmax.
+
+    python benchmarks/bench_length_synthetic.py [--tasks copy reverse sort] [--seeds 0 1 2] [--steps 3000]
+        [--train_length 16] [--test_multiples 1 2 4 8 16 64] [--positions plain offset]
+        [--markdown docs/benchmarks.md]
+
+Each task maps a string of random symbols to a string: `copy` (itself), `reverse` (reversed) and `sort` (its symbols
+in ascending order). A small `AdaptiveEntmaxMarianMTModel` (d_model 64, 2+2 layers, 4 heads, FFN 256, no dropout by
+default) is trained from scratch on strings of 1 to ``--train_length`` symbols, then tested with greedy decoding on
+strings of exactly ``multiple × --train_length`` symbols: a test string counts only if the whole output (and its
+`</s>`) is right (exact match). The variants differ only in the attention:
+
+- `softmax`: α = 1, fixed;
+- `entmax15`: α = 1.5, fixed;
+- `adaptive`: α learned per head from the paper's random start (the model's defaults);
+- `asentmax`: `adaptive` plus ASEntmax (`attention_scaling="asentmax"`): each query is multiplied by
+  δ + β_h · log(n + 1)^γ_h, n the number of keys it may attend to.
+
+Equal budget: every variant of a task and seed sees the same training strings in the same order (the data stream is
+seeded by the seed alone), draws its initial weights from the same seed, and trains the same number of steps with the
+`from-scratch` recipe of `hf-entmax train` (AdamW 1e-3, β = (0.9, 0.98), 10% linear warm-up then inverse square root,
+gradient clipping at 1, no weight decay, α logits at 10× the learning rate). The test strings are the same for every
+variant and seed.
+
+Positions. Marian adds fixed sinusoidal position vectors (nothing learned). Trained on strings of ≤ 16 symbols, a
+model has only ever read positions 0–16 on either side; at 2× and beyond it reads position vectors it never saw, in
+every variant alike, so a failure there mixes two causes: positions out of training range, and attention spread over
+more keys than in training (the dispersion that α-entmax and ASEntmax address). ``--positions`` chooses:
+
+- `plain`: Marian as it is (positions start at 0 in training and test);
+- `offset`: every training batch's positions are shifted by one random offset (the same for source and target,
+  uniform in [0, table size − batch length]), so every position a test uses was seen in training and only the
+  number of keys is new (the randomised-positions idea of Ruoss et al., 2023). Tests start at position 0.
+
+Both run by default, and the table has a row for each. The position table holds
+``max(test_multiples) × train_length + 2`` positions (the longest test string, its `</s>` and the decoder's start).
+
+Long tests are costly (a 1,024-symbol string takes 1,025 decoding steps over 1,025 keys), so a length gets
+``min(--test_strings, max(--min_test_strings, --test_tokens // length))`` strings: with the defaults 200 at 1×–4×,
+128 at 8×, 64 at 16× and 32 at 64× (the table says how many). The accuracy's resolution is 1/count.
+
+Runs already finished in --output_dir are read, not repeated (their settings must match; another --output_dir
+otherwise). ``--markdown docs/benchmarks.md`` writes the table between the markers ``table:length-synthetic``.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from tables import write_tables
+from torch import nn
+from transformers import GenerationConfig, get_inverse_sqrt_schedule
+
+from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
+from hf_entmax.kernels.cpu import kernel_available
+from hf_entmax.training.recipes import RECIPES
+from hf_entmax.training.trainer import is_alpha_parameter
+
+
+PAD, EOS, FIRST_SYMBOL = 0, 1, 2
+TABLE = "length-synthetic"
+
+TASKS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "copy": lambda symbols: symbols,
+    "reverse": lambda symbols: symbols.flip(-1),
+    "sort": lambda symbols: symbols.sort(-1).values,
+}
+
+VARIANTS: dict[str, dict] = {
+    "softmax": {"alpha_init": 1.0, "learn_alpha": False},
+    "entmax15": {"alpha_init": 1.5, "learn_alpha": False},
+    "adaptive": {"alpha_init": "random", "learn_alpha": True},
+    "asentmax": {"alpha_init": "random", "learn_alpha": True, "attention_scaling": "asentmax"},
+}
+
+POSITIONS = ("plain", "offset")
+
+
+def make_batch(task: str, lengths: list[int], symbols: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Random strings of the given lengths and the task's answers, padded: ``input_ids`` and ``attention_mask``
+    ``(batch, longest + 1)`` (with `</s>`), ``labels`` ``(batch, longest + 1)`` (-100 past the `</s>`)."""
+    width = max(lengths) + 1
+    input_ids = torch.full((len(lengths), width), PAD)
+    labels = torch.full((len(lengths), width), -100)
+    for row, length in enumerate(lengths):
+        string = torch.randint(FIRST_SYMBOL, FIRST_SYMBOL + symbols, (length,), generator=generator)
+        input_ids[row, :length], input_ids[row, length] = string, EOS
+        labels[row, :length], labels[row, length] = TASKS[task](string), EOS
+    return {"input_ids": input_ids, "attention_mask": (input_ids != PAD).long(), "labels": labels}
+
+
+class ShiftedPositions(nn.Module):
+    """A stack's sinusoidal position table read ``shift`` positions further on (position p embeds as p + shift),
+    with the call signature of `MarianSinusoidalPositionalEmbedding` that Marian's encoder and decoder use."""
+
+    def __init__(self, table: nn.Module):
+        super().__init__()
+        self.table = table
+        self.shift = 0
+
+    def forward(
+        self, input_ids_shape: torch.Size, cache_length: int = 0, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if position_ids is None:
+            position_ids = torch.arange(
+                cache_length, cache_length + input_ids_shape[1], device=self.table.weight.device
+            )
+        return self.table(input_ids_shape, position_ids=position_ids + self.shift)  # (length, d_model)
+
+
+def build_model(variant: str, arguments: argparse.Namespace, seed: int) -> AdaptiveEntmaxMarianMTModel:
+    """The variant's model, its weights drawn from ``seed``."""
+    torch.manual_seed(seed)
+    config = AdaptiveEntmaxMarianConfig(
+        vocab_size=FIRST_SYMBOL + arguments.symbols,
+        d_model=arguments.d_model,
+        encoder_layers=arguments.layers,
+        decoder_layers=arguments.layers,
+        encoder_attention_heads=arguments.heads,
+        decoder_attention_heads=arguments.heads,
+        encoder_ffn_dim=4 * arguments.d_model,
+        decoder_ffn_dim=4 * arguments.d_model,
+        max_position_embeddings=max_test_length(arguments) + 2,
+        dropout=arguments.dropout,
+        attention_dropout=arguments.dropout,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+        forced_eos_token_id=None,
+        scale_embedding=True,
+        **VARIANTS[variant],
+    )
+    model = AdaptiveEntmaxMarianMTModel(config)
+    for stack in (model.model.encoder, model.model.decoder):
+        stack.embed_positions = ShiftedPositions(stack.embed_positions)
+    return model
+
+
+def max_test_length(arguments: argparse.Namespace) -> int:
+    return max(arguments.test_multiples) * arguments.train_length
+
+
+def train(
+    model: AdaptiveEntmaxMarianMTModel, task: str, positions: str, arguments: argparse.Namespace, seed: int, log
+) -> float:
+    """Train with the `from-scratch` recipe for ``--steps`` steps; return the mean loss of the last 10% of steps."""
+    recipe = RECIPES["from-scratch"]
+    settings = recipe.settings
+    alpha_parameters = [parameter for name, parameter in model.named_parameters() if is_alpha_parameter(name)]
+    other_parameters = [parameter for name, parameter in model.named_parameters() if not is_alpha_parameter(name)]
+    groups = [{"params": other_parameters}]
+    if alpha_parameters:
+        groups.append({"params": alpha_parameters, "lr": settings["learning_rate"] * recipe.alpha_learning_rate_ratio})
+    optimizer = torch.optim.AdamW(
+        groups,
+        lr=settings["learning_rate"],
+        betas=(settings["adam_beta1"], settings["adam_beta2"]),
+        weight_decay=settings["weight_decay"],
+    )
+    schedule = get_inverse_sqrt_schedule(
+        optimizer, num_warmup_steps=math.ceil(settings["warmup_steps"] * arguments.steps)
+    )
+    data = torch.Generator().manual_seed(seed)
+    table_size = model.config.max_position_embeddings
+    shifted = [model.model.encoder.embed_positions, model.model.decoder.embed_positions]
+    last_losses = []
+    model.train()
+    for step in range(1, arguments.steps + 1):
+        lengths = torch.randint(1, arguments.train_length + 1, (arguments.batch_size,), generator=data).tolist()
+        batch = {
+            name: tensor.to(model.device)
+            for name, tensor in make_batch(task, lengths, arguments.symbols, data).items()
+        }
+        # Drawn in both modes, so that the strings are the same whichever positions are used.
+        offset = int(torch.randint(0, table_size - batch["input_ids"].shape[1] + 1, (1,), generator=data))
+        for module in shifted:
+            module.shift = offset if positions == "offset" else 0
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        if not math.isfinite(loss.item()):
+            sys.exit(f"{task} {positions} seed {seed}: the loss is {loss.item()} at step {step}")
+        if step > arguments.steps * 0.9:
+            last_losses.append(loss.item())
+        if step % arguments.log_every == 0 or step == arguments.steps:
+            log(f"  step {step}/{arguments.steps}: loss {loss.item():.4f}")
+    for module in shifted:
+        module.shift = 0
+    return statistics.mean(last_losses)
+
+
+def test_count(length: int, arguments: argparse.Namespace) -> int:
+    """How many test strings a length gets: fewer for the long ones, never fewer than --min_test_strings."""
+    return min(arguments.test_strings, max(arguments.min_test_strings, arguments.test_tokens // length))
+
+
+@torch.inference_mode()
+def exact_match(model: AdaptiveEntmaxMarianMTModel, task: str, length: int, arguments: argparse.Namespace) -> float:
+    """The share of test strings of ``length`` symbols whose greedy output is exactly the answer and its `</s>`.
+
+    The test strings depend only on ``length`` and ``--test_seed``: every variant and seed gets the same ones.
+    """
+    model.eval()
+    data = torch.Generator().manual_seed(arguments.test_seed * 100_003 + length)
+    count = test_count(length, arguments)
+    batch_size = max(1, arguments.eval_tokens // length)
+    generation = GenerationConfig(
+        max_new_tokens=length + 1,
+        num_beams=1,
+        do_sample=False,
+        decoder_start_token_id=PAD,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
+    correct = 0
+    for start in range(0, count, batch_size):
+        batch = make_batch(task, [length] * min(batch_size, count - start), arguments.symbols, data)
+        batch = {name: tensor.to(model.device) for name, tensor in batch.items()}
+        output = model.generate(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], generation_config=generation
+        )[:, 1:]  # (batch, ≤ length + 1), without the decoder start
+        answer = torch.full_like(batch["labels"], PAD)
+        answer[:, : output.shape[1]] = output
+        correct += (answer == batch["labels"]).all(dim=1).sum().item()
+    return correct / count
+
+
+def learned_attention(model: AdaptiveEntmaxMarianMTModel) -> dict:
+    """Mean α, β and γ per attention type (β and γ only where queries are scaled)."""
+    summary = {f"mean α {kind}": round(alphas.mean().item(), 3) for kind, alphas in model.get_alphas().items()}
+    for kind, scales in model.get_attention_scales().items():
+        summary[f"mean β {kind}"] = round(scales["beta"].mean().item(), 3)
+        summary[f"mean γ {kind}"] = round(scales["gamma"].mean().item(), 3)
+    return summary
+
+
+SETTINGS = (
+    "train_length",
+    "test_multiples",
+    "symbols",
+    "steps",
+    "batch_size",
+    "d_model",
+    "layers",
+    "heads",
+    "dropout",
+    "test_strings",
+    "min_test_strings",
+    "test_tokens",
+    "test_seed",
+)
+
+
+def run_one(task: str, positions: str, variant: str, seed: int, arguments: argparse.Namespace, log) -> dict:
+    """Train and test one model, or read its result if this run already finished with the same settings."""
+    folder = Path(arguments.output_dir) / task / positions / variant / f"seed{seed}"
+    result_file = folder / "result.json"
+    settings = {name: getattr(arguments, name) for name in SETTINGS}
+    if result_file.exists():
+        result = json.loads(result_file.read_text())
+        if result["settings"] != settings:
+            sys.exit(
+                f"{result_file} was measured with other settings ({result['settings']}); use another --output_dir"
+            )
+        log(f"{task} / {positions} / {variant} / seed {seed}: finished before, read from {result_file}")
+        return result
+    log(f"{task} / {positions} / {variant} / seed {seed}: training {arguments.steps} steps")
+    model = build_model(variant, arguments, seed).to(arguments.device)
+    started = time.perf_counter()
+    final_loss = train(model, task, positions, arguments, seed, log)
+    trained = time.perf_counter()
+    accuracy = {}
+    for multiple in arguments.test_multiples:
+        length = multiple * arguments.train_length
+        accuracy[str(multiple)] = exact_match(model, task, length, arguments)
+        log(
+            f"  {multiple}× ({length} symbols, {test_count(length, arguments)} strings): {accuracy[str(multiple)]:.3f}"
+        )
+    result = {
+        "settings": settings,
+        "final training loss": final_loss,
+        "exact match": accuracy,
+        "learned": learned_attention(model),
+        "training seconds": round(trained - started, 1),
+        "test seconds": round(time.perf_counter() - trained, 1),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    result_file.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def table(results: dict, arguments: argparse.Namespace) -> str:
+    """Exact match in % per (task, positions, variant) and test length, mean over seeds."""
+    multiples = arguments.test_multiples
+    header = " | ".join(f"{multiple}× ({multiple * arguments.train_length})" for multiple in multiples)
+    counts = " | ".join(str(test_count(multiple * arguments.train_length, arguments)) for multiple in multiples)
+    lines = [
+        f"| task | positions | attention | final loss | {header} |",
+        f"| --- | --- | --- | ---: | {' | '.join('---:' for _ in multiples)} |",
+        f"| *test strings* | | | | {counts} |",
+    ]
+    for (task, positions, variant), runs in results.items():
+        loss = statistics.mean(run["final training loss"] for run in runs)
+        cells = " | ".join(
+            f"{100 * statistics.mean(run['exact match'][str(multiple)] for run in runs):.1f}" for multiple in multiples
+        )
+        lines.append(f"| {task} | {positions} | {variant} | {loss:.3f} | {cells} |")
+    lines += [
+        "",
+        f"Exact-match accuracy (%) of greedy decoding, mean over seeds {' '.join(map(str, arguments.seeds))}; "
+        f"trained on 1–{arguments.train_length} symbols ({arguments.symbols} distinct), {arguments.steps} steps "
+        f"× batch {arguments.batch_size}; d_model {arguments.d_model}, {arguments.layers}+{arguments.layers} layers, "
+        f"{arguments.heads} heads, dropout {arguments.dropout}. Positions: `plain` = Marian's sinusoidal positions "
+        "from 0, so tests beyond 1× read positions never seen in training; `offset` = training batches shifted by a "
+        "random position offset, so every test position was seen in training and only the length is new.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", default="benchmarks/outputs/length-synthetic")
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--positions", nargs="+", choices=POSITIONS, default=list(POSITIONS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--train_length", type=int, default=16, help="longest training string (symbols)")
+    parser.add_argument("--test_multiples", nargs="+", type=int, default=[1, 2, 4, 8, 16, 64])
+    parser.add_argument("--symbols", type=int, default=16, help="distinct symbols in the strings")
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--d_model", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2, help="encoder layers (and as many decoder layers)")
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--dropout", type=float, default=0.0, help="dropout and attention dropout")
+    parser.add_argument("--test_strings", type=int, default=200, help="test strings per length, at most")
+    parser.add_argument("--min_test_strings", type=int, default=32, help="test strings per length, at least")
+    parser.add_argument("--test_tokens", type=int, default=16384, help="test symbols per length, about")
+    parser.add_argument("--test_seed", type=int, default=1234)
+    parser.add_argument("--eval_tokens", type=int, default=32768, help="source symbols per generate call")
+    parser.add_argument("--log_every", type=int, default=500)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (training and test)")
+    parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
+    arguments = parser.parse_args()
+    for name in ("train_length", "symbols", "steps", "batch_size", "test_strings", "min_test_strings", "log_every"):
+        if getattr(arguments, name) < 1:
+            parser.error(f"--{name} must be a positive integer, got {getattr(arguments, name)}")
+    if min(arguments.test_multiples) < 1:
+        parser.error(f"--test_multiples must be positive integers, got {arguments.test_multiples}")
+    if arguments.threads:
+        torch.set_num_threads(arguments.threads)
+    try:
+        arguments.device = torch.device(arguments.device)
+        torch.empty(0, device=arguments.device)
+    except (RuntimeError, AssertionError) as error:
+        parser.error(f"--device {arguments.device}: not usable here ({error})")
+
+    out = Path(arguments.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    command = shlex.join(["python", "benchmarks/bench_length_synthetic.py", *sys.argv[1:]])
+    machine = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads, {arguments.device}), "
+        f"native kernel: {'yes' if kernel_available() else 'no'}"
+    )
+    with (out / "log.txt").open("a") as log_file:
+
+        def log(line: str) -> None:
+            print(line, flush=True)
+            log_file.write(line + "\n")
+            log_file.flush()
+
+        log(f"$ {command}")
+        log(f"settings: {json.dumps(vars(arguments), default=str)}")
+        log(f"machine: {machine}")
+        results = {}
+        for task in arguments.tasks:
+            for positions in arguments.positions:
+                for variant in arguments.variants:
+                    for seed in arguments.seeds:
+                        result = run_one(task, positions, variant, seed, arguments, log)
+                        results.setdefault((task, positions, variant), []).append(result)
+
+        markdown = table(results, arguments)
+        log(markdown)
+    (out / "results.json").write_text(json.dumps({" ".join(key): runs for key, runs in results.items()}, indent=1))
+    if arguments.markdown:
+        measured = f"Measured on {time.strftime('%Y-%m-%d')} ({machine}) with `{command}`."
+        write_tables(arguments.markdown, {TABLE: f"{markdown}\n\n{measured}"})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""Translation of inputs longer than training: softmax vs adaptive α-entmax vs ASEntmax, on joined Multi30k sentences.
+
+    python benchmarks/bench_length_translation.py --data_dir ../shared/data/multi30k [--direction de-en]
+        [--variants softmax adaptive asentmax] [--seeds 0 1 2] [--max_steps 1200] [--joins 1 2 4 8]
+        [--runs_dir benchmarks/outputs/quality] [--markdown docs/benchmarks.md]
+
+1. Training. Each variant and seed is one run of `benchmarks/bench_quality.py` (called as a command): `hf-entmax
+   train` with the `small` preset, its default recipe, ``--max_steps`` × batch ``--batch_size`` on Multi30k sentence
+   pairs, and only the flags that define the variant: `softmax` (α = 1 fixed) and `adaptive` (learned α, the
+   defaults) as bench_quality defines them, and `asentmax` = `adaptive` + ``--attention_scaling asentmax``. Runs
+   already finished in ``--runs_dir`` are read, not repeated; the default is bench_quality's own folder, so its
+   softmax and adaptive runs of the same steps and seeds serve both benchmarks. A reused run is checked: its
+   attention settings, steps, batch size and seed must be this benchmark's.
+2. Longer inputs. The test set (`test_2016_flickr`, 1,000 sentences) is cut into consecutive groups of k sentences
+   (k in ``--joins``; a last incomplete group is left out); each group's sources joined with a space make one input
+   line, its references joined likewise the reference. k = 1 is the ordinary test set.
+3. Scoring. `hf-entmax translate --reference … --metrics_file …` translates each input file with the model's
+   generation settings (beam 4, as in training's evaluation), ``--max_new_tokens`` k × ``--max_new_tokens_per_join``
+   (128: the training's limit for one sentence) but at most the model's positions − 1, and scores sacreBLEU BLEU and
+   chrF against the joined references. Translations already scored are read, not repeated.
+
+Positions: Marian's sinusoidal position vectors are fixed, not learned, but a model trained on single sentences has
+only ever read the positions its training sentences reach (the output states the longest); joined inputs go beyond
+them on both sides, in every variant alike. What the benchmark asks is whether attention that stays focused as the
+input grows (α-entmax, and ASEntmax's length-scaled queries) copes better with that than softmax.
+
+Everything run is logged in ``--output_dir``/commands.log (bench_quality's own log is in ``--runs_dir``); the table is
+printed, saved with the per-seed scores in ``--output_dir``/results.json, and with ``--markdown docs/benchmarks.md``
+written between the markers ``table:length-translation``.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from bench_quality import VARIANTS as QUALITY_VARIANTS
+from bench_quality import mean_and_spread
+from runs import MULTI30K_TEST, run
+from tables import write_tables
+
+from hf_entmax import AdaptiveEntmaxMarianConfig
+from hf_entmax.common.model_folder import load_tokenizer
+
+
+TABLE = "length-translation"
+VARIANTS = {
+    "softmax": QUALITY_VARIANTS["softmax"],
+    "adaptive": QUALITY_VARIANTS["adaptive"],
+    "asentmax": [*QUALITY_VARIANTS["adaptive"], "--attention_scaling", "asentmax"],
+}
+# What each variant's saved config.json must say, so that a reused run is the variant it is taken for.
+EXPECTED_CONFIG = {
+    "softmax": {"learn_alpha": False, "alpha_init": 1.0, "attention_scaling": None},
+    "adaptive": {"learn_alpha": True, "attention_scaling": None},
+    "asentmax": {"learn_alpha": True, "attention_scaling": "asentmax"},
+}
+
+
+def train_runs(arguments: argparse.Namespace, log) -> dict[tuple[str, int], Path]:
+    """Train the runs not finished yet (through bench_quality.py); return each (variant, seed)'s run folder."""
+    direction = f"{arguments.source}-{arguments.target}"
+    runs_dir = Path(arguments.runs_dir)
+    folders = {
+        (variant, seed): runs_dir / f"{arguments.max_steps}-steps" / direction / variant / f"seed{seed}"
+        for variant in arguments.variants
+        for seed in arguments.seeds
+    }
+    if any(not (folder / "training_summary.json").exists() for folder in folders.values()):
+        command = [sys.executable, str(Path(__file__).with_name("bench_quality.py")), "--data_dir", arguments.data_dir]
+        command += ["--output_dir", str(runs_dir), "--directions", direction, "--variants", *arguments.variants]
+        command += ["--variant", f"asentmax={shlex.join(VARIANTS['asentmax'])}", "--seeds", *map(str, arguments.seeds)]
+        command += ["--max_steps", str(arguments.max_steps), "--batch_size", str(arguments.batch_size)]
+        command += ["--table", TABLE, "--extra", arguments.extra]
+        log(f"training the missing runs in {runs_dir}")
+        run(command, Path(arguments.output_dir) / "commands.log")
+    for (variant, seed), folder in folders.items():
+        check_run(folder, variant, seed, arguments)
+    return folders
+
+
+def check_run(folder: Path, variant: str, seed: int, arguments: argparse.Namespace) -> None:
+    """Stop if a finished run in ``folder`` is not the variant, steps, batch size and seed it is taken for."""
+    config = json.loads((folder / "config.json").read_text())
+    settings = json.loads((folder / "training_summary.json").read_text())["hyperparameters"]
+    found = {key: config.get(key) for key in EXPECTED_CONFIG[variant]}
+    found |= {key: settings.get(key) for key in ("max_steps", "per_device_train_batch_size", "seed")}
+    expected = EXPECTED_CONFIG[variant] | {
+        "max_steps": arguments.max_steps,
+        "per_device_train_batch_size": arguments.batch_size,
+        "seed": seed,
+    }
+    if found != expected:
+        sys.exit(f"{folder} is not the {variant} run this benchmark needs: it has {found}, expected {expected}")
+
+
+def read_lines(path: Path, count: int | None) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return lines if count is None else lines[:count]
+
+
+def joined_inputs(arguments: argparse.Namespace) -> tuple[int, dict[int, dict]]:
+    """Write each k's joined source and reference files; return the number of test sentences used and
+    ``{k: {"source": path, "reference": path, "lines": number of input lines}}``."""
+    data_dir = Path(arguments.data_dir)
+    sources = read_lines(data_dir / f"{MULTI30K_TEST}.{arguments.source}", arguments.test_sentences)
+    references = read_lines(data_dir / f"{MULTI30K_TEST}.{arguments.target}", arguments.test_sentences)
+    if len(sources) != len(references):
+        sys.exit(f"{MULTI30K_TEST}: {len(sources)} source lines but {len(references)} reference lines")
+    folder = Path(arguments.output_dir) / "inputs" / f"{len(sources)}-sentences"
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = {}
+    for k in arguments.joins:
+        groups = range(0, len(sources) - k + 1, k)
+        files = {"source": folder / f"k{k}.{arguments.source}", "reference": folder / f"k{k}.{arguments.target}"}
+        for name, lines in (("source", sources), ("reference", references)):
+            files[name].write_text("".join(" ".join(lines[start : start + k]) + "\n" for start in groups), "utf-8")
+        inputs[k] = {**files, "lines": len(groups)}
+    return len(sources), inputs
+
+
+def source_token_counts(folder: Path, inputs: dict[int, dict], train_source: Path) -> dict:
+    """Source tokens (with `</s>`) per input line for each k, and of the training sentences, by the run's
+    tokenizer: how far the joined inputs reach beyond the positions training saw."""
+    config = AdaptiveEntmaxMarianConfig.from_pretrained(folder)
+    tokenizer = load_tokenizer(folder, str(folder), config=config)
+
+    def counts(path: Path) -> list[int]:
+        return [len(ids) for ids in tokenizer(path.read_text(encoding="utf-8").splitlines())["input_ids"]]
+
+    training = sorted(counts(train_source))
+    return {
+        "training": {"max": training[-1], "p99": training[int(0.99 * (len(training) - 1))]},
+        **{
+            k: {"mean": statistics.mean(counts(files["source"])), "max": max(counts(files["source"]))}
+            for k, files in inputs.items()
+        },
+    }
+
+
+def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, target: Path) -> dict:
+    """Translate and score one k's input with one run, or read the scores if they exist; return the metrics."""
+    metrics_file = target / f"k{k}.json"
+    if not metrics_file.exists():
+        positions = json.loads((folder / "config.json").read_text())["max_position_embeddings"]
+        max_new_tokens = min(k * arguments.max_new_tokens_per_join, positions - 1)
+        command = ["hf-entmax", "translate", "--model", str(folder), "--input", str(files["source"])]
+        command += ["--output", str(target / f"k{k}.txt"), "--reference", str(files["reference"])]
+        command += ["--metrics_file", str(metrics_file), "--max_new_tokens", str(max_new_tokens)]
+        command += ["--batch_size", str(arguments.translate_batch_size), "--no-progress"]
+        target.mkdir(parents=True, exist_ok=True)
+        run(command, Path(arguments.output_dir) / "commands.log")
+    return json.loads(metrics_file.read_text())
+
+
+def score_of(metrics: dict, name: str) -> float:
+    """BLEU or chrF from a `--metrics_file` of `hf-entmax translate` (keys ``bleu``, ``chrf``)."""
+    return metrics[name.lower()]
+
+
+def table(scores: dict, inputs: dict, tokens: dict, arguments: argparse.Namespace) -> str:
+    """BLEU and chrF per k (rows) and variant (columns), mean ± standard deviation over seeds."""
+    variants = arguments.variants
+    header = " | ".join(f"{variant} BLEU | {variant} chrF" for variant in variants)
+    compare = "softmax" in variants and "asentmax" in variants
+    lines = [
+        f"| k | inputs | source tokens, mean (max) | {header} |{' ASEntmax − softmax BLEU |' if compare else ''}",
+        f"| ---: | ---: | ---: | {' | '.join('---: | ---:' for _ in variants)} |{' ---: |' if compare else ''}",
+    ]
+    for k in arguments.joins:
+        cells = []
+        for variant in variants:
+            for name in ("BLEU", "chrF"):
+                cells.append(mean_and_spread([score_of(scores[variant, seed, k], name) for seed in arguments.seeds]))
+        row = f"| {k} | {inputs[k]['lines']} | {tokens[k]['mean']:.0f} ({tokens[k]['max']}) | {' | '.join(cells)} |"
+        if compare:
+            difference = statistics.mean(
+                score_of(scores["asentmax", seed, k], "BLEU") - score_of(scores["softmax", seed, k], "BLEU")
+                for seed in arguments.seeds
+            )
+            row += f" {difference:+.2f} |"
+        lines.append(row)
+    signature = scores[variants[0], arguments.seeds[0], arguments.joins[0]]["bleu_signature"]
+    lines += [
+        "",
+        f"{arguments.source}→{arguments.target}, `{MULTI30K_TEST}` cut into groups of k consecutive sentences "
+        f"(sources and references joined with a space); `small` preset, {arguments.max_steps} steps × batch "
+        f"{arguments.batch_size}, default recipe; seeds {' '.join(map(str, arguments.seeds))} (mean ± standard "
+        f"deviation); beam 4, at most k × {arguments.max_new_tokens_per_join} new tokens. Longest training source: "
+        f"{tokens['training']['max']} tokens (99% ≤ {tokens['training']['p99']}); Marian's sinusoidal positions "
+        f"beyond that were never seen in training. sacreBLEU {signature}.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data_dir", default="../shared/data/multi30k")
+    parser.add_argument("--output_dir", default="benchmarks/outputs/length-translation")
+    parser.add_argument(
+        "--runs_dir", default="benchmarks/outputs/quality", help="where the training runs are (bench_quality's layout)"
+    )
+    parser.add_argument("--direction", default="de-en", help="source-target, e.g. de-en")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--max_steps", type=int, default=1200)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--joins", nargs="+", type=int, default=[1, 2, 4, 8], help="sentences per test input (k)")
+    parser.add_argument("--test_sentences", type=int, default=None, help="use only the first N test sentences")
+    parser.add_argument("--max_new_tokens_per_join", type=int, default=128, help="generation limit per sentence")
+    parser.add_argument("--translate_batch_size", type=int, default=32, help="inputs per generate call")
+    parser.add_argument("--extra", default="", help="flags added to every training run (e.g. for a quick check)")
+    parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
+    arguments = parser.parse_args()
+    arguments.source, _, arguments.target = arguments.direction.partition("-")
+    if not arguments.source or not arguments.target:
+        parser.error(f"--direction must be source-target, e.g. de-en; got {arguments.direction!r}")
+    if min(arguments.joins) < 1 or (arguments.test_sentences is not None and arguments.test_sentences < 1):
+        parser.error("--joins and --test_sentences must be positive integers")
+    if arguments.test_sentences is not None and max(arguments.joins) > arguments.test_sentences:
+        parser.error(f"--joins {max(arguments.joins)} needs at least that many --test_sentences")
+
+    out = Path(arguments.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    command = shlex.join(["python", "benchmarks/bench_length_translation.py", *sys.argv[1:]])
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+    with (out / "log.txt").open("a") as log_file:
+
+        def log(line: str) -> None:
+            print(line, flush=True)
+            log_file.write(line + "\n")
+            log_file.flush()
+
+        log(f"$ {command}")
+        log(f"settings: {json.dumps({key: value for key, value in vars(arguments).items()})}")
+        log(f"machine: {machine}")
+        folders = train_runs(arguments, log)
+        sentences, inputs = joined_inputs(arguments)
+        scores = {}
+        for (variant, seed), folder in folders.items():
+            target = out / "translations" / folder.relative_to(arguments.runs_dir) / f"{sentences}-sentences"
+            for k, files in inputs.items():
+                scores[variant, seed, k] = translate(folder, k, files, arguments, target)
+                log(
+                    f"{variant} seed {seed} k={k}: BLEU {score_of(scores[variant, seed, k], 'BLEU'):.2f}, "
+                    f"chrF {score_of(scores[variant, seed, k], 'chrF'):.2f}"
+                )
+        train_source = Path(arguments.data_dir) / f"train.{arguments.source}"
+        tokens = source_token_counts(next(iter(folders.values())), inputs, train_source)
+        markdown = table(scores, inputs, tokens, arguments)
+        log(markdown)
+    (out / "results.json").write_text(
+        json.dumps(
+            {"source tokens": tokens, "scores": {f"{v} seed{s} k{k}": m for (v, s, k), m in scores.items()}}, indent=1
+        )
+    )
+    if arguments.markdown:
+        measured = f"Measured on {time.strftime('%Y-%m-%d')} ({machine}) with `{command}`."
+        write_tables(arguments.markdown, {TABLE: f"{markdown}\n\n{measured}"})
+
+
+if __name__ == "__main__":
+    main()
