@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
 
     extra_files = {name: folder / name for name in RUN_RECORD_FILES if (folder / name).is_file()}
     if args.analysis:
-        card.analysis, figures = model_card_section(args.analysis, model.get_alphas())
+        card.analysis, figures = model_card_section(
+            args.analysis, model.get_alphas(), attention_scales=model.get_attention_scales()
+        )
         extra_files.update(figures)
 
     export_hub_folder(
