@@ -65,7 +65,7 @@ def translate_without_hf_entmax(folder: Path, sources: list[str]) -> list[dict[s
 
 def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
-        DEMO_DEFAULTS + list(sys.argv[1:] if argv is None else argv)
+        DEMO_DEFAULTS + list(sys.argv[1:] if argv is None else argv), prog="hf-entmax demo", description=__doc__
     )
     print(textwrap.dedent(synthetic.__doc__).split("\n\n")[0])
     summary = run_training(model_args, data_args, training_args)

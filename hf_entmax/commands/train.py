@@ -32,24 +32,26 @@ class OneLineArgumentParser(OneLineErrors, HfArgumentParser):
     """HfArgumentParser whose errors (a bad value, a missing one) are one line, not the usage of 300 flags."""
 
 
-def build_parser() -> HfArgumentParser:
+def build_parser(prog: str = "hf-entmax train", description: str | None = __doc__) -> HfArgumentParser:
     # No abbreviations: the command must know exactly which flags were given (a recipe fills in the others).
     return OneLineArgumentParser(
         (ModelArguments, DataArguments, TrainingArguments),
-        prog="hf-entmax train",
-        description=__doc__,
+        prog=prog,
+        description=description,
         allow_abbrev=False,
     )
 
 
-def parse_arguments(argv: Sequence[str]) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
+def parse_arguments(
+    argv: Sequence[str], prog: str = "hf-entmax train", description: str | None = __doc__
+) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
     """Parse flags, or a single .json/.yaml file, into the three argument dataclasses.
 
     Settings not given are filled in, in this order of precedence: what the user gave; the optimiser recipe
     (`hf_entmax.training.recipes`) for where the model starts; the command's own defaults (``--output_dir
     outputs/train``, CPU settings without an accelerator); the dataclasses' defaults.
     """
-    parser = build_parser()
+    parser = build_parser(prog, description)
     argv = list(argv)
     if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
         values = _read_config_file(Path(argv[0]))

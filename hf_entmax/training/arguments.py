@@ -144,8 +144,9 @@ class ModelArguments(AttentionArguments):
         default="auto",
         metadata={
             "help": "Default optimiser settings for the flags you do not give: 'from-scratch' (learning rate 1e-3, "
-            "inverse square root decay after 10% warm-up, Adam betas (0.9, 0.98)), 'fine-tuning' (1e-4, linear decay "
-            "after 5% warm-up), 'none' (Trainer's defaults) or 'auto' (fine-tuning with --model_name_or_path, else "
+            "inverse square root decay after a warm-up over a tenth of the steps, Adam betas (0.9, 0.98)), "
+            "'fine-tuning' (1e-4, linear decay after a warm-up over a twentieth of the steps), 'none' (Trainer's "
+            "defaults) or 'auto' (fine-tuning with --model_name_or_path, else "
             f"from-scratch). One of {', '.join(RECIPE_CHOICES)}."
         },
     )
