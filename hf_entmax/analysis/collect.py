@@ -331,7 +331,8 @@ class _Collector:
                 labels["input_ids"], config.pad_token_id, config.decoder_start_token_id
             )
         else:
-            generated = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=max_length)
+            # max_length counts the start token; max_new_tokens would clash with a saved config's max_length
+            generated = model.generate(**inputs, num_beams=1, do_sample=False, max_length=max_length + 1)
             decoder_input_ids, next_tokens = generated[:, :-1], generated[:, 1:]  # (B, T)
             # Positions after the first end-of-sequence token are padding.
             is_eos = (next_tokens == config.eos_token_id).long()

@@ -79,7 +79,7 @@ _FRESH_PROCESS_SCRIPT = textwrap.dedent(
         logits = model(**inputs).logits
         generated = model.generate(
             input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], num_beams=1, do_sample=False,
-            max_new_tokens=inputs["decoder_input_ids"].shape[1] - 1,
+            max_length=inputs["decoder_input_ids"].shape[1],
         )
     torch.save({"logits": logits, "generated": generated}, results_path)
     """
@@ -251,7 +251,9 @@ def _check_model_folder(model_folder: Path, folder: Path, sentences: list[str] |
 
     inputs = tokenizer(sentences or CHECK_SENTENCES, return_tensors="pt", padding=True, truncation=True)
     with torch.no_grad():
-        generated = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=16)
+        # max_length (16 new tokens after the start token), not max_new_tokens: a saved generation config carries
+        # max_length, and generate warns when both are set.
+        generated = model.generate(**inputs, num_beams=1, do_sample=False, max_length=17)
         logits = model(**inputs, decoder_input_ids=generated).logits  # (B, T, vocab)
 
     torch.save({**inputs, "decoder_input_ids": generated}, scratch / "inputs.pt")
