@@ -285,7 +285,9 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
     _supports_sdpa = False
     _supports_flash_attn = False
     _supports_flex_attn = False
-    _can_compile_fullgraph = False  # the entmax threshold search ends when every row has converged
+    # The forward compiles and exports whole (traced, the Newton iteration runs a fixed number of steps), but compiled
+    # generation with a static cache is not tested yet, and transformers' generate relies on this flag for it.
+    _can_compile_fullgraph = False
     # Marian's loss is a mean over the batch's tokens and ignores `num_items_in_batch`: tell Trainer, so that
     # it scales the loss for gradient accumulation itself (and does not rescale it under DDP).
     accepts_loss_kwargs = False
