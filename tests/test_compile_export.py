@@ -61,3 +61,33 @@ def test_fullgraph_compile_of_a_model_with_learned_alpha():
         expected = model(**inputs).logits
         actual = torch.compile(model, fullgraph=True, backend="eager")(**inputs).logits
     torch.testing.assert_close(actual, expected, rtol=0, atol=LOGIT_TOLERANCE)
+
+
+class Logits(torch.nn.Module):
+    """The model's forward as a function of tensors only, as ONNX takes it."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids):
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": decoder_input_ids}
+        return self.model(**inputs, use_cache=False).logits
+
+
+@pytest.mark.slow
+def test_onnx_export_runs_in_onnxruntime(tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    model = Logits(tiny_model(init_std=0.5))
+    inputs = model_inputs()
+    names = ["input_ids", "attention_mask", "decoder_input_ids"]
+    arguments = tuple(inputs[name] for name in names)
+    with torch.no_grad():
+        expected = model(*arguments)
+    program = torch.onnx.export(model, arguments, dynamo=True, input_names=names)
+    program.save(tmp_path / "model.onnx")
+    session = onnxruntime.InferenceSession(tmp_path / "model.onnx")
+    feeds = {name: tensor.numpy() for name, tensor in zip(names, arguments, strict=True)}
+    (actual,) = session.run(None, feeds)
+    torch.testing.assert_close(torch.from_numpy(actual), expected, rtol=0, atol=LOGIT_TOLERANCE)
