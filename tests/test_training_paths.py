@@ -240,6 +240,7 @@ def test_alpha_learning_rate_zero_freezes_alpha(tmp_path, files):
         (["--alpha_learning_rate", "nan"], "--alpha_learning_rate must be a finite number ≥ 0"),
         (["--recipe", "fast"], "--recipe must be one of auto, from-scratch, fine-tuning, none"),
         (["--dropout", "1.5"], "--dropout must be in \\[0, 1\\)"),
+        (["--attention_dropout", "1"], "--attention_dropout must be in \\[0, 1\\), got 1.0"),
         (["--max_source_length", "0"], "--max_source_length must be a positive whole number"),
         (["--vocab_size", "5"], "--vocab_size must be at least 8"),
         (["--num_beam", "4"], "unknown argument: --num_beam \\(did you mean --num_beams\\?\\)"),
@@ -264,6 +265,17 @@ def test_bad_flags_are_one_line(tmp_path, files, capsys, flags, message):
     assert len(error.splitlines()) == 1, error
     assert error.startswith("hf-entmax train: error: ")
     assert re.search(message, error), error
+
+
+def test_attention_dropout_overrides_dropout_for_the_attention_probabilities(adaptive_folder, train_tokenizer):
+    model_args, _, _ = parse_arguments(["--attention_dropout", "0"])
+    fresh = load_model(model_args, train_tokenizer, 32)
+    assert (fresh.config.dropout, fresh.config.attention_dropout) == (0.1, 0.0)
+    fine_tuned = loaded(adaptive_folder, train_tokenizer, "--dropout", "0.2", "--attention_dropout", "0.05")
+    assert (fine_tuned.config.dropout, fine_tuned.config.attention_dropout) == (0.2, 0.05)
+    assert fine_tuned.model.encoder.layers[0].self_attn.dropout == 0.05  # what the attention modules apply
+    kept = loaded(adaptive_folder, train_tokenizer, "--dropout", "0.2")
+    assert kept.config.attention_dropout == 0.2
 
 
 # --- query scaling (ASEntmax) at every starting point ---------------------------------------------------------

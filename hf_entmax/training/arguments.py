@@ -165,6 +165,13 @@ class ModelArguments(AttentionArguments):
             "the checkpoint's own when fine-tuning."
         },
     )
+    attention_dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Dropout of the attention probabilities alone, overriding --dropout for them (e.g. 0 to keep "
+            "sparse heads' supports whole in training). Default: --dropout."
+        },
+    )
     tokenizer_name: str | None = field(
         default=None,
         metadata={
@@ -206,8 +213,10 @@ class ModelArguments(AttentionArguments):
             raise HfEntmaxValueError(
                 f"--alpha_learning_rate must be a finite number ≥ 0 (0 freezes α), got {self.alpha_learning_rate!r}"
             )
-        if self.dropout is not None and not (math.isfinite(self.dropout) and 0.0 <= self.dropout < 1.0):
-            raise HfEntmaxValueError(f"--dropout must be in [0, 1), got {self.dropout!r}")
+        for flag in ("dropout", "attention_dropout"):
+            value = getattr(self, flag)
+            if value is not None and not (math.isfinite(value) and 0.0 <= value < 1.0):
+                raise HfEntmaxValueError(f"--{flag} must be in [0, 1), got {value!r}")
         if self.vocab_size < 8:
             raise HfEntmaxValueError(
                 f"--vocab_size must be at least 8 (three special tokens and some pieces), got {self.vocab_size}"

@@ -149,6 +149,8 @@ def load_model(
     dropout = (
         {} if model_args.dropout is None else {"dropout": model_args.dropout, "attention_dropout": model_args.dropout}
     )
+    if model_args.attention_dropout is not None:
+        dropout["attention_dropout"] = model_args.attention_dropout
 
     if start.kind == "fresh":
         config = build_config(
@@ -171,7 +173,7 @@ def load_model(
         for key, value in start.config.to_dict().items()
         if key in AdaptiveEntmaxMarianConfig.__dataclass_fields__ and key not in ATTENTION_OPTION_NAMES
     }
-    config = build_config(**architecture, **options, **dropout)
+    config = build_config(**(architecture | dropout), **options)
     # transformers reports every missing key; new α logits and new scaling parameters are expected (initialised from
     # the config), and so are the scaling parameters of a type the run stops scaling; anything else is a checkpoint
     # that does not fit, said here in one line instead.
