@@ -286,6 +286,7 @@ def test_a_fresh_run_with_attention_scaling_learns_and_records_the_scales(tmp_pa
     output = tmp_path / "scaled"
     argv = ["train", "--train_file", files["train"], *PAIR, *QUICK, "--model_size", "tiny"]
     argv += ["--attention_scaling", "asentmax", "--cross_attention_scaling", "none", "--warmup_steps", "0"]
+    argv += ["--logging_steps", "1"]
     assert main([*argv, "--output_dir", str(output)]) == 0
     printed = capsys.readouterr().out
     assert "Query scaling per attention type:" in printed
@@ -298,6 +299,13 @@ def test_a_fresh_run_with_attention_scaling_learns_and_records_the_scales(tmp_pa
     assert set(summary["attention_scales"]) == {"encoder_self", "decoder_self"}
     trained = AdaptiveEntmaxMarianMTModel.from_pretrained(output).get_attention_scales()
     assert summary["attention_scales"]["encoder_self"]["beta"] == trained["encoder_self"]["beta"].tolist()
+    history = json.loads((output / "scale_history.json").read_text())
+    assert [record["step"] for record in history["beta"]] == [record["step"] for record in history["gamma"]]
+    last_gamma = history["gamma"][-1]
+    assert set(last_gamma) == {"step", "encoder_self", "decoder_self"} and last_gamma["step"] == 2
+    torch.testing.assert_close(  # the last logged step is the saved model's (logs round to 5 decimals)
+        torch.tensor(last_gamma["decoder_self"]), trained["decoder_self"]["gamma"], rtol=0, atol=1e-5
+    )
     card = (output / "README.md").read_text()
     assert "### Query scaling (ASEntmax)" in card and "**Decoder self-attention**: a query that may attend" in card
 

@@ -10,12 +10,14 @@ import importlib.metadata
 
 SUMMARY_FILE = "training_summary.json"
 ALPHA_HISTORY_FILE = "alpha_history.json"
+SCALE_HISTORY_FILE = "scale_history.json"  # ASEntmax runs only
 PREDICTIONS_FILE = "generated_predictions.txt"
 # Everything a run records (JSON and text, nothing that runs): they back the card's numbers. Trainer's own files
 # are named as transformers' translation example writes them.
 RUN_RECORD_FILES = (
     SUMMARY_FILE,
     ALPHA_HISTORY_FILE,
+    SCALE_HISTORY_FILE,
     "all_results.json",
     "train_results.json",
     "eval_results.json",

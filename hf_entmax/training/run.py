@@ -32,6 +32,7 @@ from ..common.records import (
     ALPHA_HISTORY_FILE,
     CONVERTED_TAG,
     PREDICTIONS_FILE,
+    SCALE_HISTORY_FILE,
     SUMMARY_FILE,
     SYNTHETIC_DATA,
     framework_versions,
@@ -42,7 +43,7 @@ from .arguments import DataArguments, ModelArguments
 from .data import limit_samples, load_parallel_data
 from .metrics import sacrebleu_signatures, translation_metrics
 from .model_loading import StartingPoint, describe_alpha, describe_scaling, load_model, read_starting_point
-from .records import alpha_history, evaluations, plain
+from .records import alpha_history, evaluations, plain, scale_history
 from .tokenizer import train_joint_tokenizer
 from .trainer import AdaptiveEntmaxTrainer
 
@@ -501,6 +502,9 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
         (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
         if stages.train:
             (output_dir / ALPHA_HISTORY_FILE).write_text(json.dumps(alpha_history(trainer.state.log_history)) + "\n")
+            scales = scale_history(trainer.state.log_history)
+            if scales["beta"]:
+                (output_dir / SCALE_HISTORY_FILE).write_text(json.dumps(scales) + "\n")
             # Trainer pickles its arguments next to the model; the folder is meant for the Hub, which should get
             # safetensors and JSON only (each checkpoint-* keeps its copy, training_summary.json the values).
             (output_dir / "training_args.bin").unlink(missing_ok=True)
