@@ -110,16 +110,6 @@ def test_cached_decoding_scales_each_new_query_by_its_growing_prefix(batch, monk
         torch.testing.assert_close(scale.expand(2, -1, -1, -1), expected_scale(module, torch.full((2, 1), step + 1)))
 
 
-@pytest.mark.parametrize("attention_scaling", ["asentmax", None])
-def test_cached_and_uncached_greedy_decoding_agree(batch, attention_scaling):
-    model = tiny_model(init_std=0.5, attention_scaling=attention_scaling)
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-    cached = model.generate(**inputs, max_new_tokens=12, do_sample=False, use_cache=True)
-    uncached = model.generate(**inputs, max_new_tokens=12, do_sample=False, use_cache=False)
-    assert cached.shape[1] > 3
-    assert torch.equal(cached, uncached)
-
-
 def test_zero_beta_with_offset_one_is_the_model_without_scaling(batch):
     """β = 0 makes the factor exactly δ = 1: the scaled model computes what the unscaled one does."""
     plain = tiny_model(init_std=0.5)

@@ -242,9 +242,10 @@ def test_half_precision_model_computes_attention_in_float32(batch):
 # --- generation ------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("attention_scaling", [None, "asentmax"])
 @pytest.mark.parametrize("alpha_init", ["random", 1.5])
-def test_cached_and_uncached_greedy_decoding_agree(batch, alpha_init):
-    model = tiny_model(init_std=0.5, alpha_init=alpha_init)
+def test_cached_and_uncached_greedy_decoding_agree(batch, alpha_init, attention_scaling):
+    model = tiny_model(init_std=0.5, alpha_init=alpha_init, attention_scaling=attention_scaling)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     cached = model.generate(**inputs, max_new_tokens=12, do_sample=False, use_cache=True)
     uncached = model.generate(**inputs, max_new_tokens=12, do_sample=False, use_cache=False)
