@@ -56,6 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from runs import benchmark_log
 from tables import write_tables
 from torch import nn
 from transformers import GenerationConfig, get_inverse_sqrt_schedule
@@ -369,23 +370,13 @@ def main() -> None:
         parser.error(f"--device {arguments.device}: not usable here ({error})")
 
     out = Path(arguments.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "benchmarks/bench_length_synthetic.py", *sys.argv[1:]])
     machine = (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads, {arguments.device}), "
         f"native kernel: {'yes' if kernel_available() else 'no'}"
     )
-    with (out / "log.txt").open("a") as log_file:
-
-        def log(line: str) -> None:
-            print(line, flush=True)
-            log_file.write(line + "\n")
-            log_file.flush()
-
-        log(f"$ {command}")
-        log(f"settings: {json.dumps(vars(arguments), default=str)}")
-        log(f"machine: {machine}")
+    with benchmark_log(out, command, vars(arguments), machine) as log:
         results = {}
         for task in arguments.tasks:
             for positions in arguments.positions:

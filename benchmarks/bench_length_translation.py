@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 from bench_quality import VARIANTS as QUALITY_VARIANTS
 from bench_quality import mean_and_spread
-from runs import MULTI30K_TEST, run
+from runs import MULTI30K_TEST, benchmark_log, run
 from tables import write_tables
 
 from hf_entmax import AdaptiveEntmaxMarianConfig
@@ -227,19 +227,9 @@ def main() -> None:
         parser.error(f"--joins {max(arguments.joins)} needs at least that many --test_sentences")
 
     out = Path(arguments.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "benchmarks/bench_length_translation.py", *sys.argv[1:]])
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
-    with (out / "log.txt").open("a") as log_file:
-
-        def log(line: str) -> None:
-            print(line, flush=True)
-            log_file.write(line + "\n")
-            log_file.flush()
-
-        log(f"$ {command}")
-        log(f"settings: {json.dumps({key: value for key, value in vars(arguments).items()})}")
-        log(f"machine: {machine}")
+    with benchmark_log(out, command, vars(arguments), machine) as log:
         folders = train_runs(arguments, log)
         sentences, inputs = joined_inputs(arguments)
         scores = {}

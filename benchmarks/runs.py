@@ -5,10 +5,30 @@ import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
 MULTI30K_TEST = "test_2016_flickr"
+
+
+@contextmanager
+def benchmark_log(folder: Path, command: str, settings: dict, machine: str) -> Iterator[Callable[[str], None]]:
+    """A ``log(line)`` that prints and appends to ``folder/log.txt``, which starts with the command line, the settings
+    and the machine of this invocation."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "log.txt").open("a") as log_file:
+
+        def log(line: str) -> None:
+            print(line, flush=True)
+            log_file.write(line + "\n")
+            log_file.flush()
+
+        log(f"$ {command}")
+        log(f"settings: {json.dumps(settings, default=str)}")
+        log(f"machine: {machine}")
+        yield log
 
 
 def run(command: list[str], log: Path) -> None:
