@@ -130,11 +130,13 @@ def test_text_file_pairs_and_jsonl_are_accepted(tmp_path, pairs):
 
 
 @pytest.mark.slow
-def test_fixed_alpha_and_alpha_learning_rate_flags(tmp_path, data_files):
+def test_fixed_alpha_and_alpha_learning_rate_flags(tmp_path, data_files, capsys):
     output = tmp_path / "model"
     argv = ["train", "--train_file", data_files["--train_file"], "--source_lang", "en", "--target_lang", "syn"]
     argv += ["--output_dir", str(output), "--alpha_init", "1.5", "--learn_alpha", "False", "--cross_alpha_init", "2"]
     assert main([*argv, *FAST]) == 0
+    recipe_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Recipe "))
+    assert recipe_line.endswith("α fixed"), recipe_line  # no α learning rate for an α nothing learns
     summary = json.loads((output / "training_summary.json").read_text())
     assert summary["alphas"]["encoder_self"] == [[1.5] * 4] * 2
     assert summary["alphas"]["cross"] == [[2.0] * 4] * 2

@@ -112,6 +112,7 @@ def test_fine_tuning_a_converted_model_trains_the_alpha_the_flags_ask_for(tmp_pa
     assert main([*argv, "--output_dir", str(output)]) == 0
     printed = capsys.readouterr().out
     assert "encoder self-attention: α learned per head, from 1.1 (given" in printed
+    assert "α learning rate 0.5" in printed
 
     config = json.loads((output / "config.json").read_text())
     assert (config["learn_alpha"], config["alpha_init"]) == (True, 1.1)

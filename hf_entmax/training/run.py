@@ -45,7 +45,7 @@ from .metrics import sacrebleu_signatures, translation_metrics
 from .model_loading import StartingPoint, describe_alpha, describe_scaling, load_model, read_starting_point
 from .records import alpha_history, evaluations, plain, scale_history
 from .tokenizer import train_joint_tokenizer
-from .trainer import AdaptiveEntmaxTrainer
+from .trainer import AdaptiveEntmaxTrainer, is_alpha_parameter
 
 
 logger = logging.getLogger(__name__)
@@ -296,17 +296,17 @@ def check_lengths(model: AdaptiveEntmaxMarianMTModel, data_args: DataArguments, 
 
 
 def describe_recipe(
-    model_args: ModelArguments, training_args: Seq2SeqTrainingArguments, alpha_learning_rate: float
+    model_args: ModelArguments, training_args: Seq2SeqTrainingArguments, alpha_learning_rate: float | None
 ) -> str:
-    """The optimiser settings the run trains with, in one line."""
+    """The optimiser settings the run trains with, in one line; ``alpha_learning_rate`` None: α is not learned."""
     warmup = training_args.warmup_steps
     warmup_text = f"{warmup:.0%} of the steps" if 0 < warmup < 1 else f"{int(warmup)} steps"
+    alpha_text = "α fixed" if alpha_learning_rate is None else f"α learning rate {alpha_learning_rate:g}"
     return (
         f"Recipe {model_args.recipe} (flags given win): learning rate {training_args.learning_rate:g}, "
         f"{plain(training_args.lr_scheduler_type)} schedule, warm-up {warmup_text}, {plain(training_args.optim)} "
         f"betas ({training_args.adam_beta1:g}, {training_args.adam_beta2:g}), weight decay "
-        f"{training_args.weight_decay:g}, gradient clipping {training_args.max_grad_norm:g}, α learning rate "
-        f"{alpha_learning_rate:g}"
+        f"{training_args.weight_decay:g}, gradient clipping {training_args.max_grad_norm:g}, {alpha_text}"
     )
 
 
@@ -416,7 +416,11 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
     given_attention = model_args.attention_options_given()
     if trainer.is_world_process_zero():
         if stages.train:
-            print(describe_recipe(model_args, training_args, trainer.effective_alpha_learning_rate))
+            learns_alpha = any(
+                is_alpha_parameter(name) and parameter.requires_grad for name, parameter in model.named_parameters()
+            )
+            alpha_learning_rate = trainer.effective_alpha_learning_rate if learns_alpha else None
+            print(describe_recipe(model_args, training_args, alpha_learning_rate))
         print("α per attention type:")
         for line in describe_alpha(model, start, given_attention):
             print(f"  {line}")
