@@ -391,7 +391,7 @@ def test_do_train_false_evaluates_a_checkpoint_without_training_it(tmp_path, fil
     assert (output / "eval_results.json").is_file() and (output / "test_results.json").is_file()
     assert not (output / "model.safetensors").exists() and not (output / "train_results.json").exists()
     summary = json.loads((output / "training_summary.json").read_text())
-    assert summary["did_train"] is False and summary["global_step"] == 0
+    assert summary["did_train"] is False and summary["global_step"] == 0 and summary["recipe"] is None
 
 
 def test_a_stage_asked_for_needs_its_data(tmp_path, files, capsys):

@@ -490,7 +490,7 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
             kind: {"beta": scales["beta"].tolist(), "gamma": scales["gamma"].tolist(), "offset": scales["offset"]}
             for kind, scales in model.get_attention_scales().items()
         },
-        "recipe": model_args.recipe,
+        "recipe": model_args.recipe if stages.train else None,  # an evaluation-only run used no recipe
         "hyperparameters": hyperparameters(model_args, training_args, trainer, num_beams),
         "evaluations": evaluations(trainer.state.log_history),
         "tokenizer": tokenizer_description,
