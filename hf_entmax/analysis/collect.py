@@ -273,6 +273,84 @@ def layers_and_heads(config: PreTrainedConfig, kind: str) -> tuple[int, int]:
     return config.decoder_layers, config.decoder_attention_heads
 
 
+@dataclass
+class TeacherForcedAttention:
+    """One batch of sentence pairs run through a model teacher-forced, with its attention probabilities.
+
+    Attributes:
+        inputs: The tokenized sources, ``{"input_ids": (B, S), "attention_mask": (B, S)}``.
+        decoder_input_ids: ``(B, T)`` the decoder's inputs (the start token, then the translation shifted right).
+        source_mask, target_mask: ``(B, S)`` and ``(B, T)`` bool, true at real tokens.
+        allowed: ``{"encoder_self": (B, S, S), "decoder_self": (B, T, T), "cross": (B, T, S)}`` bool, where each query
+            may attend (`allowed_keys`).
+        outputs: The model's output, with ``encoder_attentions``, ``decoder_attentions`` and ``cross_attentions``.
+    """
+
+    inputs: dict[str, torch.Tensor]
+    decoder_input_ids: torch.Tensor
+    source_mask: torch.Tensor
+    target_mask: torch.Tensor
+    allowed: dict[str, torch.Tensor]
+    outputs: Any
+
+    def attentions(self) -> dict[str, tuple[torch.Tensor, ...]]:
+        """Per attention type, each layer's ``(B, H, Q, K)`` probabilities."""
+        return {
+            "encoder_self": self.outputs.encoder_attentions,
+            "decoder_self": self.outputs.decoder_attentions,
+            "cross": self.outputs.cross_attentions,
+        }
+
+
+@torch.no_grad()
+def teacher_forced_attention(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: list[str],
+    targets: list[str] | None,
+    max_length: int,
+) -> TeacherForcedAttention:
+    """Run ``model`` (in eval mode) over one batch, teacher-forced on ``targets`` or, without them, on its own greedy
+    translations, returning every attention probability.
+
+    Args:
+        max_length: Longest source, reference or generated translation, in tokens (at most the model's positions).
+    """
+    config = model.config
+    # Positions beyond the position embeddings do not exist (the start token takes one more).
+    max_length = min(max_length, config.max_position_embeddings - 1)
+    encoded = dict(tokenizer(sources, return_tensors="pt", padding=True, truncation=True, max_length=max_length))
+    inputs = {key: encoded[key].to(model.device) for key in ("input_ids", "attention_mask")}
+    if targets is not None:
+        labels = tokenizer(
+            text_target=targets, return_tensors="pt", padding=True, truncation=True, max_length=max_length
+        ).to(model.device)
+        target_mask = labels["attention_mask"].bool()  # (B, T)
+        decoder_input_ids = shift_tokens_right(labels["input_ids"], config.pad_token_id, config.decoder_start_token_id)
+    else:
+        # max_length counts the start token; max_new_tokens would clash with a saved config's max_length
+        generated = model.generate(**inputs, num_beams=1, do_sample=False, max_length=max_length + 1)
+        decoder_input_ids, next_tokens = generated[:, :-1], generated[:, 1:]  # (B, T)
+        # Positions after the first end-of-sequence token are padding.
+        is_eos = (next_tokens == config.eos_token_id).long()
+        target_mask = (is_eos.cumsum(-1) - is_eos) == 0  # (B, T)
+    outputs = model(
+        **inputs,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=target_mask.long(),
+        output_attentions=True,
+        use_cache=False,
+    )
+
+    source_mask = inputs["attention_mask"].bool()  # (B, S)
+    allowed = {
+        "encoder_self": allowed_keys(source_mask, source_mask),  # (B, S, S)
+        "decoder_self": allowed_keys(target_mask, target_mask, causal=True),  # (B, T, T)
+        "cross": allowed_keys(target_mask, source_mask),  # (B, T, S)
+    }
+    return TeacherForcedAttention(inputs, decoder_input_ids, source_mask, target_mask, allowed, outputs)
+
+
 class _Sum:
     """A running sum of per-query values and of how many queries counted, for one layer."""
 
@@ -317,40 +395,10 @@ class _Collector:
 
     @torch.no_grad()
     def add_batch(self, sources: list[str], targets: list[str] | None, max_length: int) -> None:
-        model, tokenizer, config = self.model, self.tokenizer, self.model.config
-        # Positions beyond the position embeddings do not exist (the start token takes one more).
-        max_length = min(max_length, config.max_position_embeddings - 1)
-        encoded = dict(tokenizer(sources, return_tensors="pt", padding=True, truncation=True, max_length=max_length))
-        inputs = {key: encoded[key].to(model.device) for key in ("input_ids", "attention_mask")}
-        if targets is not None:
-            labels = tokenizer(
-                text_target=targets, return_tensors="pt", padding=True, truncation=True, max_length=max_length
-            ).to(model.device)
-            target_mask = labels["attention_mask"].bool()  # (B, T)
-            decoder_input_ids = shift_tokens_right(
-                labels["input_ids"], config.pad_token_id, config.decoder_start_token_id
-            )
-        else:
-            # max_length counts the start token; max_new_tokens would clash with a saved config's max_length
-            generated = model.generate(**inputs, num_beams=1, do_sample=False, max_length=max_length + 1)
-            decoder_input_ids, next_tokens = generated[:, :-1], generated[:, 1:]  # (B, T)
-            # Positions after the first end-of-sequence token are padding.
-            is_eos = (next_tokens == config.eos_token_id).long()
-            target_mask = (is_eos.cumsum(-1) - is_eos) == 0  # (B, T)
-        outputs = model(
-            **inputs,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=target_mask.long(),
-            output_attentions=True,
-            use_cache=False,
-        )
-
-        source_mask = inputs["attention_mask"].bool()  # (B, S)
-        allowed = {
-            "encoder_self": allowed_keys(source_mask, source_mask),  # (B, S, S)
-            "decoder_self": allowed_keys(target_mask, target_mask, causal=True),  # (B, T, T)
-            "cross": allowed_keys(target_mask, source_mask),  # (B, T, S)
-        }
+        tokenizer = self.tokenizer
+        forced = teacher_forced_attention(self.model, tokenizer, sources, targets, max_length)
+        inputs, decoder_input_ids = forced.inputs, forced.decoder_input_ids
+        source_mask, target_mask, allowed = forced.source_mask, forced.target_mask, forced.allowed
         key_ids = {
             "encoder_self": inputs["input_ids"],
             "decoder_self": decoder_input_ids,
@@ -360,11 +408,7 @@ class _Collector:
             "encoder_self": self._word_ids(inputs["input_ids"]),
             "decoder_self": self._word_ids(decoder_input_ids),
         }
-        attentions = {
-            "encoder_self": outputs.encoder_attentions,
-            "decoder_self": outputs.decoder_attentions,
-            "cross": outputs.cross_attentions,
-        }
+        attentions = forced.attentions()
         for kind, layers in attentions.items():
             num_keys = allowed[kind].sum(-1)  # (B, Q)
             num_keys = num_keys[num_keys > 0].tolist()  # of the real queries
@@ -460,8 +504,10 @@ __all__ = [
     "AttentionTypeStatistics",
     "ModelAnalysis",
     "QueryScaling",
+    "TeacherForcedAttention",
     "analyze_model",
     "layers_and_heads",
     "model_alphas",
     "model_scales",
+    "teacher_forced_attention",
 ]

@@ -136,9 +136,11 @@ def write_report(
     return output_dir / REPORT_MD
 
 
-def check_report_folder(output_dir: Path) -> None:
+def check_report_folder(
+    output_dir: Path, written_by: str = "hf-entmax analyze", required_keys: tuple[str, ...] = ("models", "figures")
+) -> None:
     """Refuse to write a report where it would replace files it did not write: ``output_dir`` must be new, empty,
-    or an earlier report's folder (it has the ``report.json`` this module writes).
+    or an earlier report's folder (it has a ``report.json`` with the ``required_keys`` that ``written_by`` writes).
 
     Raises:
         HfEntmaxValueError: naming ``--output`` and the folder.
@@ -151,9 +153,9 @@ def check_report_folder(output_dir: Path) -> None:
         earlier = json.loads((output_dir / REPORT_JSON).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         earlier = None
-    if not (isinstance(earlier, dict) and "models" in earlier and "figures" in earlier):
+    if not (isinstance(earlier, dict) and all(key in earlier for key in required_keys)):
         raise HfEntmaxValueError(
-            f"--output {output_dir} holds files that are not from an earlier `hf-entmax analyze` (its report.md and "
+            f"--output {output_dir} holds files that are not from an earlier `{written_by}` (its report.md and "
             "figures would replace files of the same names): give a new or empty folder"
         )
 
