@@ -19,6 +19,7 @@ SAVED_FOLDER_FILES = {
     "configuration_adaptive_entmax_marian.py",
     "modeling_adaptive_entmax_marian.py",
     "entmax.py",
+    "sparsefinder_attention.py",
     "pipeline_translation.py",
 }
 SENTENCES = [

@@ -44,6 +44,7 @@ from transformers.utils.output_capturing import OutputRecorder
 
 from .configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from .entmax import entmax
+from .sparsefinder_attention import OperatingPoint, SparsefinderPredictor, apply_predicted_sparsity
 
 
 try:  # With hf_entmax installed, CPU attention runs fused in its native kernel; this file alone composes it below.
@@ -114,6 +115,9 @@ def entmax_attention_forward(
     query_scale = module.query_scale(mask, key.shape[-2], compute_dtype)  # None, or (B or 1, H, Lq or 1, 1)
     if query_scale is not None:
         scaling = scaling * query_scale
+    if module.predicted_sparsity is not None:
+        # Sparsefinder: only the predicted pairs stay unmasked (after query_scale, which counts the allowed keys).
+        mask = module.predicted_sparsity.restrict(query, key, mask, compute_dtype)
 
     fused = None
     if native_entmax_attention is not None:  # None where it does not apply
@@ -183,6 +187,8 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         else:
             self.register_parameter("scale_beta", None)
             self.register_parameter("scale_gamma", None)
+        # Sparsefinder's graph for this module (`set_predicted_sparsity`); None attends over every allowed key.
+        self.predicted_sparsity = None
 
     def initial_alpha_logits(self) -> torch.Tensor:
         """Fresh ``(num_heads,)`` α logits for the configured start: the paper's N(0, 1) for ``"random"`` (α = 1 +
@@ -335,7 +341,13 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
 
         os.makedirs(save_directory, exist_ok=True)
         # One object from each flat file that a saved folder needs (copied, with relative imports intact).
-        for source in (AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel, entmax, TranslationPipeline):
+        for source in (
+            AdaptiveEntmaxMarianConfig,
+            AdaptiveEntmaxMarianMTModel,
+            entmax,
+            apply_predicted_sparsity,
+            TranslationPipeline,
+        ):
             shutil.copy(sys.modules[source.__module__].__file__, save_directory)
         self.config.auto_map = {
             "AutoConfig": _class_reference(AdaptiveEntmaxMarianConfig),
@@ -350,6 +362,30 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
             }
         }
         super().save_pretrained(save_directory, *args, **kwargs)
+
+    def set_predicted_sparsity(
+        self,
+        settings: str | OperatingPoint | list | dict | None = None,
+        predictor: SparsefinderPredictor | str | os.PathLike | None = None,
+    ) -> dict[str, OperatingPoint]:
+        """Attend only over the query–key pairs a Sparsefinder predictor predicts (``None``: over all of them again).
+
+        ``model.set_predicted_sparsity("distance:threshold=1.5,window=2")`` restricts every attention type the
+        predictor in the model's folder (``sparsefinder.safetensors``, written by ``hf-entmax sparsefinder``) has;
+        ``{"cross": "clustering:clusters=4", "decoder_self": "window:size=3"}`` sets each type. Entmax then runs
+        over the predicted keys only (the others get exactly zero); a query with none of its keys predicted
+        attends over all of them. See ``sparsefinder_attention.py`` for the methods and the spec.
+
+        Args:
+            settings: A spec, an ``OperatingPoint``, a ``{attention_type: spec}`` dict, a list of
+                ``[TYPE=]SPEC`` strings, or ``None``.
+            predictor: A ``SparsefinderPredictor``, or a folder / Hub id with ``sparsefinder.safetensors``
+                (default: this model's own, loaded on demand).
+
+        Returns:
+            ``{attention_type: OperatingPoint}`` now in use.
+        """
+        return apply_predicted_sparsity(self, settings, predictor)
 
     def get_alphas(self) -> dict[str, torch.Tensor]:
         """Current α of every head.

@@ -1,0 +1,534 @@
+"""Sparsefinder: attend only over the query–key pairs a small per-head model predicts to be in α-entmax's support.
+
+*Predicting Attention Sparsity in Transformers* (Treviso, Góis, Fernandes, Fonseca & Martins, SPNLP 2022): per
+head, queries and keys are projected to a few dimensions by learned linear maps (trained with a contrastive hinge
+loss on the true entmax supports, see ``hf_entmax.sparsefinder``), and the graph of pairs to compute is read off the
+projections:
+
+- ``distance``: the pairs whose projections are within a Euclidean distance ``threshold``;
+- ``quantization``: the pairs that fall in the same bucket in at least one projected dimension, each dimension cut
+  into ``buckets`` equally populated buckets (quantiles of the training projections);
+- ``clustering``: the pairs whose projections have the same nearest k-means centroid (``clusters`` centroids);
+- ``window``: the pairs at most ``size`` positions apart (self-attention only); a ``window`` of that size can also
+  be added to any of the other three.
+
+An operating point is written ``METHOD:KNOB=VALUE[,window=W]``, e.g. ``distance:threshold=1.5,window=2``,
+``quantization:buckets=8``, ``clustering:clusters=4``, ``window:size=3``.
+
+Restricted attention is α-entmax over the predicted keys only: the other pairs are masked (their probability is
+exactly zero). A query whose predicted set holds none of the keys it may attend to falls back to all of them (its
+full, exact row), so no row is ever empty and nothing is NaN; a graph of all pairs leaves the mask, and so the
+attention, exactly as it was.
+
+This file is copied to the Hub next to the model: it needs nothing but torch, safetensors and transformers.
+"""
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers.utils import cached_file
+
+from .configuration_adaptive_entmax_marian import ATTENTION_TYPES
+
+
+PREDICTOR_FILE = "sparsefinder.safetensors"
+PREDICTOR_FORMAT = "hf_entmax.sparsefinder/1"
+METHODS = ("distance", "quantization", "clustering", "window")
+# The knob that sets each method's sparsity; "window" is the window's half-width.
+METHOD_KNOBS = {"distance": "threshold", "quantization": "buckets", "clustering": "clusters", "window": "size"}
+PROJECTION_METHODS = ("distance", "quantization", "clustering")
+# Query i and key j are positions of one sequence only here: a window means nothing in cross-attention.
+SELF_ATTENTION_TYPES = ("encoder_self", "decoder_self")
+# The stored quantile grid of each projected dimension: bucket edges for any number of buckets are read off it.
+QUANTILE_STEPS = 64
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """One Sparsefinder graph: a method, its knob and an optional local window.
+
+    Attributes:
+        method: One of `METHODS`.
+        knob: ``threshold`` (distance, > 0, ``inf`` for all pairs), ``buckets`` (quantization, ≥ 1), ``clusters``
+            (clustering, ≥ 1) or the window's ``size`` (window, ≥ 0).
+        window: Also keep the pairs at most this many positions apart (projection methods, self-attention only).
+    """
+
+    method: str
+    knob: float
+    window: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"Sparsefinder method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        name = METHOD_KNOBS[self.method]
+        if self.method == "distance":
+            if not (isinstance(self.knob, (int, float)) and self.knob > 0):
+                raise ValueError(f"`threshold` of the distance method must be a positive number, got {self.knob!r}")
+        elif not (isinstance(self.knob, int) and not isinstance(self.knob, bool)) or self.knob < (
+            0 if self.method == "window" else 1
+        ):
+            least = 0 if self.method == "window" else 1
+            raise ValueError(f"`{name}` of the {self.method} method must be an integer ≥ {least}, got {self.knob!r}")
+        if self.window is not None:
+            if self.method == "window":
+                raise ValueError("the window method has no extra `window`: its knob `size` is the window")
+            if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 0:
+                raise ValueError(f"`window` must be an integer ≥ 0, got {self.window!r}")
+
+    @classmethod
+    def parse(cls, spec: str) -> "OperatingPoint":
+        """``"distance:threshold=1.5,window=2"`` → ``OperatingPoint("distance", 1.5, 2)``.
+
+        Raises:
+            ValueError: For a spec of another form, an unknown method or knob, or a bad value.
+        """
+        method, _, settings = spec.strip().partition(":")
+        form = "METHOD:KNOB=VALUE[,window=W] (e.g. distance:threshold=1.5,window=2)"
+        if method not in METHODS:
+            raise ValueError(f"Sparsefinder operating point {spec!r}: unknown method {method!r}; expected {form}")
+        values = {}
+        for setting in filter(None, settings.split(",")):
+            name, equals, value = setting.partition("=")
+            if not equals or name.strip() not in (METHOD_KNOBS[method], "window") or name.strip() in values:
+                raise ValueError(
+                    f"Sparsefinder operating point {spec!r}: {setting!r} is not one of "
+                    f"{METHOD_KNOBS[method]}=…, window=…; expected {form}"
+                )
+            values[name.strip()] = value.strip()
+        knob_name = METHOD_KNOBS[method]
+        if knob_name not in values:
+            raise ValueError(f"Sparsefinder operating point {spec!r} gives no {knob_name}=…; expected {form}")
+        try:
+            knob = float(values[knob_name]) if method == "distance" else int(values[knob_name])
+            window = int(values["window"]) if "window" in values else None
+        except ValueError:
+            raise ValueError(f"Sparsefinder operating point {spec!r}: not a number; expected {form}") from None
+        return cls(method, knob, window)
+
+    def spec(self) -> str:
+        """The operating point as `parse` reads it."""
+        knob = f"{self.knob:.4g}" if self.method == "distance" else str(self.knob)
+        window = "" if self.window is None else f",window={self.window}"
+        return f"{self.method}:{METHOD_KNOBS[self.method]}={knob}{window}"
+
+
+@dataclass
+class LayerProjections:
+    """The learned predictor of one attention layer's heads.
+
+    Attributes:
+        query, key: ``(heads, head_dim, r)`` projections of the (unscaled) queries and keys.
+        quantiles: ``(heads, r, QUANTILE_STEPS + 1)`` quantiles of each projected dimension over the training
+            queries and keys, at levels 0, 1/QUANTILE_STEPS, …, 1 (the quantization method's bucket edges).
+        centroids: ``{k: (heads, k, r)}`` k-means centroids of the training projections, per number of clusters.
+    """
+
+    query: torch.Tensor
+    key: torch.Tensor
+    quantiles: torch.Tensor
+    centroids: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def project(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, H, Lq, D)``, ``(B, H, Lk, D)`` → ``(B, H, Lq, r)``, ``(B, H, Lk, r)`` in float32 (or float64)."""
+        dtype = torch.promote_types(query.dtype, torch.float32)
+        projected_query = torch.einsum("bhld,hdr->bhlr", query.to(dtype), self.query.to(query.device, dtype))
+        projected_key = torch.einsum("bhld,hdr->bhlr", key.to(dtype), self.key.to(key.device, dtype))
+        return projected_query, projected_key
+
+    def to(self, device: torch.device | str) -> "LayerProjections":
+        return LayerProjections(
+            self.query.to(device),
+            self.key.to(device),
+            self.quantiles.to(device),
+            {clusters: centroids.to(device) for clusters, centroids in self.centroids.items()},
+        )
+
+
+class SparsefinderPredictor:
+    """The learned projections of every layer of some attention types, as saved in ``sparsefinder.safetensors``.
+
+    Attributes:
+        layers: ``{attention_type: [LayerProjections per layer]}``.
+        metadata: JSON-ready facts stored with them (how they were trained, the recommended operating points).
+    """
+
+    def __init__(self, layers: dict[str, list[LayerProjections]], metadata: dict | None = None) -> None:
+        self.layers = layers
+        self.metadata = metadata or {}
+
+    @property
+    def projection_dim(self) -> int:
+        first = next(iter(self.layers.values()))[0]
+        return first.query.shape[-1]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the projections (and ``metadata``) to one safetensors file."""
+        tensors = {}
+        for kind, layers in self.layers.items():
+            for index, layer in enumerate(layers):
+                prefix = f"{kind}.{index}"
+                tensors[f"{prefix}.query"] = layer.query.detach().float().cpu().contiguous()
+                tensors[f"{prefix}.key"] = layer.key.detach().float().cpu().contiguous()
+                tensors[f"{prefix}.quantiles"] = layer.quantiles.detach().float().cpu().contiguous()
+                for clusters, centroids in layer.centroids.items():
+                    tensors[f"{prefix}.centroids.{clusters}"] = centroids.detach().float().cpu().contiguous()
+        save_file(tensors, str(path), metadata={"format": PREDICTOR_FORMAT, "metadata": json.dumps(self.metadata)})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "SparsefinderPredictor":
+        """Read a file written by `save`.
+
+        Raises:
+            ValueError: If the file is not a Sparsefinder predictor (or its tensors do not fit together).
+        """
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            header = handle.metadata() or {}
+        if header.get("format") != PREDICTOR_FORMAT:
+            raise ValueError(f"{path} is not a Sparsefinder predictor (written by `hf-entmax sparsefinder`)")
+        tensors = load_file(str(path))
+        grouped: dict[str, dict[int, dict]] = {}
+        for name, tensor in tensors.items():
+            kind, index, part, *rest = name.split(".")
+            entry = grouped.setdefault(kind, {}).setdefault(int(index), {"centroids": {}})
+            if part == "centroids":
+                entry["centroids"][int(rest[0])] = tensor
+            else:
+                entry[part] = tensor
+        layers = {}
+        for kind, by_index in grouped.items():
+            if sorted(by_index) != list(range(len(by_index))):
+                raise ValueError(f"{path}: the layers of {kind} are not numbered 0, 1, …")
+            layers[kind] = [LayerProjections(**by_index[index]) for index in range(len(by_index))]
+        return cls(layers, json.loads(header.get("metadata") or "{}"))
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, **kwargs) -> "SparsefinderPredictor":
+        """The ``sparsefinder.safetensors`` of a model folder or Hub repository (``kwargs`` go to ``cached_file``:
+        ``revision``, ``token``, ``local_files_only``, …).
+
+        Raises:
+            OSError: If there is no such file there.
+        """
+        path = cached_file(str(name_or_path), PREDICTOR_FILE, _raise_exceptions_for_missing_entries=False, **kwargs)
+        if path is None:
+            raise OSError(
+                f"{name_or_path} has no {PREDICTOR_FILE}: train one with `hf-entmax sparsefinder` (or pass "
+                "`predictor=`), or use the window method, which needs none"
+            )
+        return cls.load(path)
+
+
+def query_positions(query_len: int, key_len: int, device: torch.device) -> torch.Tensor:
+    """``(Lq,)`` position of each query among the keys of self-attention: the last ``Lq`` of ``Lk`` (in cached
+    decoding the keys hold the earlier steps too)."""
+    return torch.arange(key_len - query_len, key_len, device=device)
+
+
+def window_graph(query_len: int, key_len: int, size: int, device: torch.device) -> torch.Tensor:
+    """``(Lq, Lk)`` bool: self-attention pairs at most ``size`` positions apart."""
+    offsets = query_positions(query_len, key_len, device)[:, None] - torch.arange(key_len, device=device)  # (Lq, Lk)
+    return offsets.abs() <= size
+
+
+def squared_distances(projected_query: torch.Tensor, projected_key: torch.Tensor) -> torch.Tensor:
+    """``(B, H, Lq, r)``, ``(B, H, Lk, r)`` → ``(B, H, Lq, Lk)`` squared Euclidean distances."""
+    return (projected_query[..., :, None, :] - projected_key[..., None, :, :]).square().sum(-1)
+
+
+def distance_graph(projected_query: torch.Tensor, projected_key: torch.Tensor, threshold: float) -> torch.Tensor:
+    """``(B, H, Lq, r)``, ``(B, H, Lk, r)`` → ``(B, H, Lq, Lk)`` bool: pairs within Euclidean ``threshold``."""
+    if math.isinf(threshold):
+        shape = (*projected_query.shape[:-1], projected_key.shape[-2])
+        return torch.ones(shape, dtype=torch.bool, device=projected_query.device)
+    return squared_distances(projected_query, projected_key) <= threshold * threshold
+
+
+def bucket_edges(quantiles: torch.Tensor, buckets: int) -> torch.Tensor:
+    """``(H, r, QUANTILE_STEPS + 1)`` quantile grid → ``(H, r, buckets − 1)`` inner edges of ``buckets`` equally
+    populated buckets (linear interpolation between the grid's levels)."""
+    steps = quantiles.shape[-1] - 1
+    levels = torch.arange(1, buckets, dtype=torch.float64, device=quantiles.device) * steps / buckets  # (buckets-1,)
+    lower = levels.floor().long().clamp(max=steps - 1)
+    fraction = (levels - lower).to(quantiles.dtype)
+    return quantiles[..., lower] + fraction * (quantiles[..., lower + 1] - quantiles[..., lower])
+
+
+def quantization_graph(
+    projected_query: torch.Tensor, projected_key: torch.Tensor, edges: torch.Tensor
+) -> torch.Tensor:
+    """Pairs that share a bucket in at least one projected dimension.
+
+    Args:
+        projected_query, projected_key: ``(B, H, Lq, r)``, ``(B, H, Lk, r)``.
+        edges: ``(H, r, buckets − 1)`` increasing inner bucket edges per head and dimension.
+
+    Returns:
+        ``(B, H, Lq, Lk)`` bool.
+    """
+
+    def buckets_of(projected: torch.Tensor) -> torch.Tensor:  # (B, H, L, r) → (B, H, L, r) bucket indices
+        batch, heads, length, dims = projected.shape
+        values = projected.permute(1, 3, 0, 2).reshape(heads, dims, batch * length)  # (H, r, B·L)
+        indices = torch.searchsorted(edges.to(projected.dtype).contiguous(), values.contiguous())
+        return indices.reshape(heads, dims, batch, length).permute(2, 0, 3, 1)
+
+    query_buckets, key_buckets = buckets_of(projected_query), buckets_of(projected_key)
+    graph = torch.zeros(
+        (*projected_query.shape[:-1], projected_key.shape[-2]), dtype=torch.bool, device=projected_query.device
+    )
+    for dim in range(query_buckets.shape[-1]):  # one dimension at a time: memory stays that of the graph
+        graph |= query_buckets[..., :, None, dim] == key_buckets[..., None, :, dim]
+    return graph
+
+
+def nearest_centroid(projected: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+    """``(B, H, L, r)`` and ``(H, k, r)`` → ``(B, H, L)`` index of each projection's nearest centroid."""
+    squared = (projected[..., :, None, :] - centroids[None, :, None].to(projected.dtype)).square().sum(-1)
+    return squared.argmin(-1)  # (B, H, L)
+
+
+def cluster_graph(projected_query: torch.Tensor, projected_key: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+    """``(B, H, Lq, Lk)`` bool: pairs whose projections share their nearest of the ``(H, k, r)`` centroids."""
+    query_clusters = nearest_centroid(projected_query, centroids)  # (B, H, Lq)
+    key_clusters = nearest_centroid(projected_key, centroids)  # (B, H, Lk)
+    return query_clusters[..., :, None] == key_clusters[..., None, :]
+
+
+def predicted_graph(
+    point: OperatingPoint,
+    projections: LayerProjections | None,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    self_attention: bool,
+) -> torch.Tensor:
+    """The pairs an operating point predicts, before the fallback (see `effective_graph`).
+
+    Args:
+        point: The method, knob and window.
+        projections: The layer's learned projections (``None`` is fine for the window method).
+        query: ``(B, H, Lq, D)`` unscaled queries (as the attention function receives them).
+        key: ``(B, H, Lk, D)``.
+        self_attention: Whether queries and keys are positions of one sequence (windows need it).
+
+    Returns:
+        ``(B, H, Lq, Lk)`` bool, or ``(Lq, Lk)`` for the window method.
+
+    Raises:
+        ValueError: For a window in cross-attention, or a number of clusters the projections have no centroids for.
+    """
+    uses_window = point.method == "window" or point.window is not None
+    if uses_window and not self_attention:
+        raise ValueError(f"{point.spec()}: windows exist in self-attention only, not in cross-attention")
+    query_len, key_len = query.shape[-2], key.shape[-2]
+    if point.method == "window":
+        return window_graph(query_len, key_len, int(point.knob), query.device)
+    if projections is None:
+        raise ValueError(f"{point.spec()} needs the learned projections of a Sparsefinder predictor")
+    projected_query, projected_key = projections.project(query, key)
+    if point.method == "distance":
+        graph = distance_graph(projected_query, projected_key, float(point.knob))
+    elif point.method == "quantization":
+        edges = bucket_edges(projections.quantiles.to(query.device), int(point.knob))
+        graph = quantization_graph(projected_query, projected_key, edges)
+    else:
+        if int(point.knob) not in projections.centroids:
+            raise ValueError(
+                f"{point.spec()}: the predictor has centroids for clusters="
+                f"{', '.join(map(str, sorted(projections.centroids)))} only"
+            )
+        graph = cluster_graph(projected_query, projected_key, projections.centroids[int(point.knob)].to(query.device))
+    if point.window is not None:
+        graph = graph | window_graph(query_len, key_len, point.window, query.device)
+    return graph
+
+
+def effective_graph(predicted: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """The pairs restricted attention computes: the predicted pairs a query may attend to, and every pair it may
+    attend to when none of them is predicted (the fallback to the full row, so that no real query is left empty).
+
+    Args:
+        predicted: bool, broadcastable to ``(B, H, Lq, Lk)``.
+        allowed: bool, broadcastable to ``(B, H, Lq, Lk)``: real keys, not in the future.
+
+    Returns:
+        ``(B, H, Lq, Lk)`` bool, a subset of ``allowed`` with a non-empty row wherever ``allowed``'s is.
+    """
+    graph = predicted & allowed
+    empty = ~graph.any(-1, keepdim=True)  # (B, H, Lq, 1)
+    return graph | (allowed & empty)
+
+
+class PredictedSparsity:
+    """What one attention module needs to attend over its predicted graph: the operating point and its layer's
+    projections. Set on the modules by `apply_predicted_sparsity`; read by the model's attention function."""
+
+    def __init__(self, point: OperatingPoint, projections: LayerProjections | None, self_attention: bool) -> None:
+        self.point, self.projections, self.self_attention = point, projections, self_attention
+
+    def restrict(
+        self, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """The additive attention mask with the pairs outside the effective graph masked (−inf).
+
+        Args:
+            query: ``(B, H, Lq, D)`` unscaled queries.
+            key: ``(B, H, Lk, D)``.
+            mask: Additive mask broadcastable to ``(B, H, Lq, Lk)`` (0 keeps a key, −inf or the dtype's lowest value
+                masks it), or ``None``.
+            dtype: Dtype of the scores (the mask's, when there is one).
+
+        Returns:
+            ``(B, H, Lq, Lk)`` additive mask in ``dtype``: ``mask`` where the graph keeps a pair or the pair was
+            masked already, −inf where a pair the query may attend to is not in the graph.
+        """
+        batch, heads, query_len, _ = query.shape
+        key_len = key.shape[-2]
+        if self.projections is not None and self.projections.query.device != query.device:
+            self.projections = self.projections.to(query.device)
+        if mask is None:
+            mask = torch.zeros((1, 1, 1, 1), dtype=dtype, device=query.device)
+        allowed = mask > torch.finfo(mask.dtype).min  # −inf and the lowest value both mask
+        predicted = predicted_graph(self.point, self.projections, query, key, self.self_attention)
+        graph = effective_graph(predicted, allowed)
+        dropped = allowed & ~graph  # (B, H, Lq, Lk)
+        return mask.expand(batch, heads, query_len, key_len).masked_fill(dropped, float("-inf"))
+
+
+def split_sparsity_settings(
+    settings: "str | OperatingPoint | list | tuple | dict | None",
+) -> tuple[OperatingPoint | None, dict[str, OperatingPoint]]:
+    """What `set_predicted_sparsity` accepts, as the point for every attention type and those for named types.
+
+    Args:
+        settings: ``None`` (none), an operating point or its spec (for every attention type it applies to), a
+            ``{attention_type: point or spec}`` dict, or a list of specs, each optionally ``TYPE=SPEC``
+            (``"cross=distance:threshold=2"``; one without a type is for every type).
+
+    Returns:
+        ``(point for every type or None, {attention_type: point})``.
+
+    Raises:
+        ValueError: For an unknown attention type or a bad spec.
+    """
+    if settings is None:
+        return None, {}
+    if isinstance(settings, dict):
+        items = list(settings.items())
+    else:
+        items = []
+        for item in [settings] if isinstance(settings, (str, OperatingPoint)) else settings:
+            kind, equals, spec = item.partition("=") if isinstance(item, str) else ("", "", item)
+            # "distance:threshold=2" also has an "=": only a known attention type before it names one.
+            items.append((kind.strip(), spec) if equals and ":" not in kind else (None, item))
+    every_type, typed = None, {}
+    for kind, point in items:
+        if kind is not None and kind not in ATTENTION_TYPES:
+            raise ValueError(f"unknown attention type {kind!r}; expected {', '.join(ATTENTION_TYPES)}")
+        point = point if isinstance(point, OperatingPoint) else OperatingPoint.parse(point)
+        if kind is None:
+            every_type = point
+        else:
+            typed[kind] = point
+    return every_type, typed
+
+
+def apply_predicted_sparsity(
+    model: torch.nn.Module,
+    settings: "str | OperatingPoint | list | tuple | dict | None",
+    predictor: "SparsefinderPredictor | str | os.PathLike | None" = None,
+) -> dict[str, OperatingPoint]:
+    """Make every attention module of ``model`` attend over its predicted graph (or, with ``None``, over all keys).
+
+    Args:
+        model: An AdaptiveEntmaxMarian model (its attention modules carry ``attention_type``, ``layer_idx`` and
+            ``predicted_sparsity``).
+        settings: See `split_sparsity_settings`. A point given for every type applies to the types it can: those
+            the predictor has projections for (projection methods), the self-attention types (windows).
+        predictor: The learned projections, or the folder / Hub id holding ``sparsefinder.safetensors``;
+            ``None`` loads the model's own (``model.name_or_path``) when a method needs one.
+
+    Returns:
+        The operating point now used by each attention type.
+
+    Raises:
+        ValueError: For a bad spec, a window in cross-attention, an attention type, layer or number of clusters the
+            predictor does not have.
+        OSError: If a predictor is needed and there is none.
+    """
+    modules = [module for module in model.modules() if hasattr(module, "predicted_sparsity")]
+    every_type, points = split_sparsity_settings(settings)
+    given = [point for point in (every_type, *points.values()) if point is not None]
+    if isinstance(predictor, (str, os.PathLike)) or (
+        predictor is None and any(point.method in PROJECTION_METHODS for point in given)
+    ):
+        predictor = SparsefinderPredictor.from_pretrained(predictor or model.name_or_path)
+    available = set(predictor.layers) if predictor is not None else set()
+
+    def applies(point: OperatingPoint, kind: str) -> str | None:
+        """Why ``point`` cannot run in attention type ``kind`` (None: it can)."""
+        if (point.method == "window" or point.window is not None) and kind not in SELF_ATTENTION_TYPES:
+            return f"{point.spec()}: windows exist in self-attention only, not in {kind}"
+        if point.method in PROJECTION_METHODS and kind not in available:
+            return f"the Sparsefinder predictor has no projections for {kind}"
+        return None
+
+    for kind, point in points.items():
+        if (reason := applies(point, kind)) is not None:
+            raise ValueError(reason)
+    if every_type is not None:
+        kinds = {module.attention_type for module in modules} - set(points)
+        points.update({kind: every_type for kind in kinds if applies(every_type, kind) is None})
+        if not any(point is every_type for point in points.values()):
+            raise ValueError(f"{every_type.spec()} applies to none of this model's attention types")
+    for module in modules:
+        point = points.get(module.attention_type)
+        projections = None
+        if point is not None and point.method in PROJECTION_METHODS:
+            layers = predictor.layers[module.attention_type]
+            if module.layer_idx >= len(layers) or layers[module.layer_idx].query.shape[0] != module.num_heads:
+                raise ValueError(
+                    f"the Sparsefinder predictor's {module.attention_type} projections do not fit this model "
+                    f"({len(layers)} layers of {layers[0].query.shape[0]} heads): it was trained for another model"
+                )
+            projections = layers[module.layer_idx]
+            if point.method == "clustering" and int(point.knob) not in projections.centroids:
+                raise ValueError(
+                    f"{point.spec()}: the predictor has centroids for clusters="
+                    f"{', '.join(map(str, sorted(projections.centroids)))} only"
+                )
+        module.predicted_sparsity = (
+            None
+            if point is None
+            else PredictedSparsity(point, projections, module.attention_type in SELF_ATTENTION_TYPES)
+        )
+    return points
+
+
+__all__ = [
+    "METHODS",
+    "METHOD_KNOBS",
+    "PREDICTOR_FILE",
+    "QUANTILE_STEPS",
+    "LayerProjections",
+    "OperatingPoint",
+    "PredictedSparsity",
+    "SparsefinderPredictor",
+    "apply_predicted_sparsity",
+    "bucket_edges",
+    "cluster_graph",
+    "distance_graph",
+    "effective_graph",
+    "nearest_centroid",
+    "predicted_graph",
+    "quantization_graph",
+    "split_sparsity_settings",
+    "squared_distances",
+    "window_graph",
+]
