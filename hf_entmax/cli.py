@@ -5,7 +5,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .commands import analyze, convert, demo, export, push, train, translate
+from .commands import analyze, convert, demo, export, push, sparsefinder, train, translate
 from .errors import HfEntmaxError
 
 
@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "export": export,
     "push": push,
     "analyze": analyze,
+    "sparsefinder": sparsefinder,
     "translate": translate,
 }
 

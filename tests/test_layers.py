@@ -23,8 +23,9 @@ ALLOWED = {
     "training": {"errors", "common", "modeling", "kernels"},
     "hub": {"errors", "common", "modeling", "kernels"},
     "analysis": {"errors", "common", "modeling", "kernels"},
-    "commands": {"errors", "common", "modeling", "kernels", "training", "hub", "analysis"},
-    "cli": {"errors", "common", "modeling", "kernels", "training", "hub", "analysis", "commands"},
+    "sparsefinder": {"errors", "common", "modeling", "kernels", "analysis"},
+    "commands": {"errors", "common", "modeling", "kernels", "training", "hub", "analysis", "sparsefinder"},
+    "cli": {"errors", "common", "modeling", "kernels", "training", "hub", "analysis", "sparsefinder", "commands"},
     "registration": {"modeling"},
     "__init__": {"modeling", "registration"},
 }

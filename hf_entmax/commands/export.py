@@ -2,7 +2,8 @@
 
 The folder gets safetensors weights (sharded above --max_shard_size), config.json with auto_map and the
 translation pipeline, the flat modeling files, tokenizer, generation config, a model card and the training run's
-records (training_summary.json, alpha_history.json, Trainer's *_results.json, …) when the model folder has them;
+records (training_summary.json, alpha_history.json, Trainer's *_results.json, …) and Sparsefinder's projections
+(sparsefinder.safetensors) when the model folder has them;
 checkpoint-* folders and pickled training state stay behind. The card takes its name, languages, data, base model,
 BLEU/chrF (into the `model-index` metadata), evaluations during training, hyper-parameters and versions from the
 model folder's training_summary.json when there is one, and the head analysis (summary, findings, figures) from
@@ -25,6 +26,7 @@ from ..hub.export import check_export_target, export_hub_folder
 from ..hub.model_card import ModelCardInfo, read_training_summary
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
+from ..modeling.sparsefinder_attention import PREDICTOR_FILE
 from .hub_folder import add_hub_folder_arguments, check_written_folder
 from .parsing import CommandParser
 
@@ -95,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         # The analysis's measure on the model's own translations, so the card agrees with `hf-entmax analyze`.
         card.mean_sparsity = mean_sparsity(analyze_model(model, sentences, tokenizer=tokenizer, progress=False))
 
-    extra_files = {name: folder / name for name in RUN_RECORD_FILES if (folder / name).is_file()}
+    # The run's records, and Sparsefinder's projections (`hf-entmax sparsefinder --save_to_model`) when there are some.
+    extra_files = {name: folder / name for name in (*RUN_RECORD_FILES, PREDICTOR_FILE) if (folder / name).is_file()}
     if args.analysis:
         card.analysis, figures = model_card_section(
             args.analysis, model.get_alphas(), attention_scales=model.get_attention_scales()

@@ -2,7 +2,8 @@
 
 Line N of the output translates line N of the input; empty input lines stay empty. Sentences are sorted by token
 length and batched (little padding), and the translations put back in input order. `--reference` scores them with
-sacreBLEU (BLEU and chrF, with their signatures) against line-aligned references.
+sacreBLEU (BLEU and chrF, with their signatures) against line-aligned references. `--sparsefinder` translates with
+restricted attention at an operating point of `hf-entmax sparsefinder` (see docs/sparsefinder.md).
 
 Input longer than the model accepts is truncated to its limit, with one warning listing the lines: a long document
 should not fail hours in because of one over-long line, the output stays line-aligned, and the warning says which
@@ -24,8 +25,9 @@ from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..common.model_folder import MODEL_TYPE_NAMES, check_model_folder, load_config, load_pretrained, load_tokenizer
 from ..common.text_files import listed_lines, read_aligned_lines, read_lines
-from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError, last_line
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
+from ..modeling.sparsefinder_attention import PREDICTOR_FILE, SparsefinderPredictor, split_sparsity_settings
 from ..training.metrics import corpus_scores
 from .parsing import CommandParser
 
@@ -61,6 +63,19 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
         help="Longest translation, in tokens (default: the model's generation config).",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N.")
+    parser.add_argument(
+        "--sparsefinder",
+        nargs="+",
+        default=None,
+        metavar="[TYPE=]METHOD:KNOB=VALUE",
+        help="Attend only over the pairs Sparsefinder predicts (an operating point of `hf-entmax sparsefinder`), e.g. "
+        "distance:threshold=1.5,window=2 for every attention type, or cross=clustering:clusters=4 for one.",
+    )
+    parser.add_argument(
+        "--sparsefinder_predictor",
+        default=None,
+        help=f"The {PREDICTOR_FILE} to use, or a folder holding one (default: the model folder's).",
+    )
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=True, help="Show a progress bar (on stderr)."
     )
@@ -249,6 +264,30 @@ def translate_lines(
     return translations
 
 
+def use_operating_point(
+    model: PreTrainedModel, settings: Sequence[str], predictor: str | None, model_name: str
+) -> None:
+    """``model.set_predicted_sparsity(settings, predictor)``, with what can go wrong as one line.
+
+    Raises:
+        HfEntmaxValueError: For a Marian (softmax) model, a spec the predictor cannot serve, or no predictor.
+        HfEntmaxFileNotFoundError: If ``predictor`` does not exist.
+    """
+    if not isinstance(model, AdaptiveEntmaxMarianMTModel):
+        raise HfEntmaxValueError(f"--sparsefinder: --model {model_name} is a softmax Marian model; it needs α-entmax")
+    if predictor is not None and not Path(predictor).exists():
+        raise HfEntmaxFileNotFoundError(f"--sparsefinder_predictor {predictor}: no such file or folder")
+    if predictor is not None and Path(predictor).is_file():
+        try:
+            predictor = SparsefinderPredictor.load(predictor)
+        except (OSError, ValueError) as error:
+            raise HfEntmaxValueError(f"--sparsefinder_predictor {error}") from None
+    try:
+        model.set_predicted_sparsity(list(settings), predictor=predictor)
+    except (OSError, ValueError) as error:
+        raise HfEntmaxValueError(f"--sparsefinder: {last_line(str(error))}") from None
+
+
 def scored_lines(sources: Sequence[str], references: Sequence[str], description: str) -> list[int]:
     """The 0-based indices of the lines to score: those where both the source and the reference are non-empty.
 
@@ -299,7 +338,17 @@ def run(args: argparse.Namespace) -> int:
                 raise HfEntmaxValueError(f"{flag} {path} is the {other_flag} file; write {written} elsewhere")
         files[flag] = path
 
+    if args.sparsefinder_predictor and not args.sparsefinder:
+        raise HfEntmaxValueError("--sparsefinder_predictor needs --sparsefinder (the operating point to use)")
+    if args.sparsefinder:
+        try:
+            split_sparsity_settings(args.sparsefinder)  # a bad spec fails before the model loads
+        except ValueError as error:
+            raise HfEntmaxValueError(f"--sparsefinder: {error}") from None
+
     model, tokenizer = load_translation_model(args.model, device, progress=args.progress)
+    if args.sparsefinder:
+        use_operating_point(model, args.sparsefinder, args.sparsefinder_predictor, args.model)
     translations = translate_lines(
         model,
         tokenizer,

@@ -1,0 +1,350 @@
+"""Sparsefinder: operating points, predicted graphs, restricted attention, training, metrics, save/load and the
+`hf-entmax sparsefinder` command (tiny models and data made here)."""
+
+import json
+import math
+
+import pytest
+import torch
+from helpers import SENTENCES, tiny_model
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+from hf_entmax.analysis.statistics import allowed_keys
+from hf_entmax.cli import main
+from hf_entmax.modeling.sparsefinder_attention import (
+    PREDICTOR_FILE,
+    QUANTILE_STEPS,
+    LayerProjections,
+    OperatingPoint,
+    SparsefinderPredictor,
+    bucket_edges,
+    effective_graph,
+)
+from hf_entmax.sparsefinder import AttentionBatch, AttentionSample, evaluate_points, graph_recall
+from hf_entmax.sparsefinder.train import TrainingSettings, train_layer
+
+
+def random_predictor(model, dim: int = 3, seed: int = 0) -> SparsefinderPredictor:
+    """Untrained projections for every layer of every attention type, with quantiles and 2 centroids."""
+    generator = torch.Generator().manual_seed(seed)
+    config = model.config
+    head_dim = config.d_model // config.encoder_attention_heads
+    heads = config.encoder_attention_heads
+
+    def layer() -> LayerProjections:
+        return LayerProjections(
+            torch.randn(heads, head_dim, dim, generator=generator),
+            torch.randn(heads, head_dim, dim, generator=generator),
+            torch.linspace(-3, 3, QUANTILE_STEPS + 1).expand(heads, dim, -1).contiguous(),
+            {2: torch.randn(heads, 2, dim, generator=generator)},
+        )
+
+    layers = {
+        kind: [layer() for _ in range(config.encoder_layers)] for kind in ("encoder_self", "decoder_self", "cross")
+    }
+    return SparsefinderPredictor(layers, {"thresholds": {kind: [1.0] for kind in layers}})
+
+
+@pytest.fixture
+def batch():
+    input_ids = torch.tensor([[5, 6, 7, 8, 9, 1], [10, 11, 12, 1, 0, 0]])
+    return {
+        "input_ids": input_ids,
+        "attention_mask": (input_ids != 0).long(),
+        "decoder_input_ids": torch.tensor([[0, 5, 6, 7], [0, 8, 9, 10]]),
+    }
+
+
+def test_operating_points_read_and_write_their_spec_and_refuse_bad_ones():
+    point = OperatingPoint.parse("distance:threshold=1.5,window=2")
+    assert point == OperatingPoint("distance", 1.5, 2)
+    assert OperatingPoint.parse(point.spec()) == point
+    for spec in ("quantization:buckets=8", "clustering:clusters=4", "window:size=0", "distance:threshold=inf"):
+        assert OperatingPoint.parse(spec).spec() == spec
+    bad = {
+        "nearest:k=3": "unknown method 'nearest'",
+        "distance:threshold=-1": "must be a positive number",
+        "distance:buckets=2": "'buckets=2' is not one of threshold=…, window=…",
+        "quantization:buckets=two": "not a number",
+        "clustering:clusters=0": "must be an integer ≥ 1",
+        "window:size=2,window=1": "the window method has no extra `window`",
+        "distance:window=1": "gives no threshold=…",
+    }
+    for spec, message in bad.items():
+        with pytest.raises(ValueError, match=message):
+            OperatingPoint.parse(spec)
+
+
+def test_a_graph_of_all_pairs_reproduces_full_attention_exactly(batch):
+    model = tiny_model()
+    with torch.no_grad():
+        full = model(**batch, output_attentions=True)
+        predictor = random_predictor(model)
+        for settings in ("distance:threshold=inf", "window:size=64", {"cross": "distance:threshold=inf"}):
+            model.set_predicted_sparsity(settings, predictor=predictor)
+            restricted = model(**batch, output_attentions=True)
+            assert torch.equal(restricted.logits, full.logits), settings
+            for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+                for ours, theirs in zip(getattr(restricted, name), getattr(full, name), strict=True):
+                    assert torch.equal(ours, theirs)
+        model.set_predicted_sparsity(None)
+        assert all(getattr(module, "predicted_sparsity", None) is None for module in model.modules())
+
+
+def test_restricted_attention_is_exactly_zero_off_the_graph_and_a_query_with_no_predicted_key_gets_its_full_row(
+    batch,
+):
+    model = tiny_model()
+    with torch.no_grad():
+        full = model(**batch, output_attentions=True)
+        # Size 0: each query keeps its own position only, a set that misses the rest of its support.
+        model.set_predicted_sparsity("window:size=0")
+        diagonal = model(**batch, output_attentions=True)
+        real = batch["attention_mask"].bool()  # (B, S)
+        for attention in diagonal.encoder_attentions:
+            assert not attention.isnan().any()
+            # A real query keeps only its own position: probability 1 there, exact zeros elsewhere.
+            rows = attention.transpose(1, 2)[real]  # (real queries, H, S)
+            expected = torch.eye(6)[real.nonzero(as_tuple=True)[1]][:, None].expand_as(rows)
+            assert torch.equal(rows, expected)
+        # A padding query may attend to the real keys but not to its own (padding) position: nothing of its window
+        # is allowed, so it falls back to its full row (the first layer's, where the inputs are still the same).
+        padding_rows = diagonal.encoder_attentions[0].transpose(1, 2)[~real]
+        assert torch.equal(padding_rows, full.encoder_attentions[0].transpose(1, 2)[~real])
+        # A threshold no projected pair is within: every query falls back to its full row, i.e. full attention.
+        model.set_predicted_sparsity("distance:threshold=1e-12", predictor=random_predictor(model))
+        fallback = model(**batch, output_attentions=True)
+        assert not fallback.logits.isnan().any()
+        torch.testing.assert_close(fallback.logits, full.logits, rtol=0, atol=0)
+
+
+def test_cached_generation_with_a_window_equals_uncached_teacher_forcing(batch):
+    """In cached decoding a query's position is the last of the keys: the window must mean the same there."""
+    model = tiny_model(seed=2, init_std=2.0)
+    model.set_predicted_sparsity("window:size=1")
+    inputs = {key: batch[key] for key in ("input_ids", "attention_mask")}
+    generated = model.generate(**inputs, max_length=8, num_beams=1, do_sample=False)
+    with torch.no_grad():
+        logits = model(**inputs, decoder_input_ids=generated[:, :-1]).logits
+    # Greedy steps are the argmax of the uncached logits, before the end token (the last step is forced to </s>).
+    predicted, generated_next = logits.argmax(-1)[:, :-1], generated[:, 1:-1]
+    running = (generated[:, :-2] == model.config.eos_token_id).cumsum(-1) == 0
+    assert running.any() and torch.equal(predicted[running], generated_next[running])
+
+
+def test_windows_and_missing_projections_are_refused_where_they_cannot_apply():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="windows exist in self-attention only, not in cross"):
+        model.set_predicted_sparsity({"cross": "window:size=2"})
+    predictor = random_predictor(model)
+    predictor.layers.pop("cross")
+    with pytest.raises(ValueError, match="no projections for cross"):
+        model.set_predicted_sparsity({"cross": "distance:threshold=1"}, predictor=predictor)
+    with pytest.raises(ValueError, match="centroids for clusters=2 only"):
+        model.set_predicted_sparsity("clustering:clusters=5", predictor=predictor)
+    with pytest.raises(ValueError, match="unknown attention type 'decoder'"):
+        model.set_predicted_sparsity({"decoder": "window:size=1"})
+    # A point for every type applies where it can: a window to the two self-attention types.
+    assert set(model.set_predicted_sparsity("window:size=1")) == {"encoder_self", "decoder_self"}
+    assert set(model.set_predicted_sparsity("distance:threshold=1", predictor=predictor)) == {
+        "encoder_self",
+        "decoder_self",
+    }
+
+
+def test_recall_sparsity_cost_and_fallback_on_a_hand_made_graph():
+    # One sentence of 3 real tokens and one padding position; one head.
+    allowed = allowed_keys(torch.tensor([[True, True, True, False]]), torch.tensor([[True, True, True, False]]))
+    support = torch.tensor([[[[1, 1, 0, 0], [0, 1, 1, 0], [1, 0, 1, 0], [0, 0, 0, 0]]]], dtype=torch.bool)
+    graph = torch.tensor([[[[1, 0, 0, 0], [0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]]], dtype=torch.bool)
+    recall, counted = graph_recall(graph, support, allowed)
+    assert recall[0, 0, :3].tolist() == [0.5, 1.0, 0.0] and counted.tolist() == [[True, True, True, False]]
+    # The third query has no predicted key: restricted attention gives it its full row.
+    effective = effective_graph(graph, allowed[:, None])
+    assert effective[0, 0, 2].tolist() == [True, True, True, False]
+
+    sample = AttentionSample(
+        {"encoder_self": [[AttentionBatch(torch.zeros(1, 1, 4, 2), torch.zeros(1, 1, 4, 2), support, allowed)]]}, 1
+    )
+    own, scores = evaluate_points(sample, None, {"encoder_self": [OperatingPoint("window", 0)]}, progress=False)
+    # Own graph: densities 2/3, 2/3, 2/3 → sparsity 1/3; recall 1. Cost: 6 of 9 allowed pairs.
+    assert own["encoder_self"].mean_sparsity == pytest.approx(1 / 3)
+    assert own["encoder_self"].mean_recall == 1.0
+    assert own["encoder_self"].pairs == 6 and own["encoder_self"].allowed_pairs == 9
+    # Window 0 keeps the diagonal: density 1/3 per query, recall 1/2 per query; 3 pairs; no fallback.
+    window = scores["encoder_self"][0]
+    assert window.mean_sparsity == pytest.approx(2 / 3) and window.mean_recall == pytest.approx(0.5)
+    assert (window.pairs, window.cost, window.fallback) == (3, pytest.approx(1 / 3), 0.0)
+
+
+def test_quantile_bucket_edges_split_the_grid_evenly():
+    quantiles = torch.linspace(0, 64, QUANTILE_STEPS + 1).view(1, 1, -1)  # the level t quantile is 64 t
+    assert bucket_edges(quantiles, 4).flatten().tolist() == [16.0, 32.0, 48.0]
+    assert bucket_edges(quantiles, 1).numel() == 0
+
+
+def test_contrastive_training_raises_the_recall_of_the_distance_graph():
+    """Queries and keys of 4 hidden classes (a direction in the first 4 of 16 dimensions, plus noise); a query's
+    support is the keys of its class. Random projections to 2 dimensions mix the classes up; trained ones separate
+    them, so the distance graph of the same sparsity recalls far more of the support."""
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(8):
+        query_class, key_class = (
+            torch.randint(4, (4, 12), generator=generator),
+            torch.randint(4, (4, 12), generator=generator),
+        )
+
+        def states(classes: torch.Tensor) -> torch.Tensor:  # (B, 12) classes → (B, 1, 12, 16) states
+            noise = torch.randn(4, 1, 12, 16, generator=generator) * 0.5
+            noise[..., :4] += 3.0 * torch.eye(4)[classes][:, None]  # the class's direction
+            return noise
+
+        support = (query_class[:, :, None] == key_class[:, None, :])[:, None]  # (B, 1, 12, 12)
+        batches.append(
+            AttentionBatch(states(query_class), states(key_class), support, torch.ones(4, 12, 12, dtype=torch.bool))
+        )
+
+    def recall_at_sparsity(projections: LayerProjections, sparsity: float) -> float:
+        distances, supports = [], []
+        for batch in batches:
+            projected_query, projected_key = projections.project(batch.query, batch.key)
+            distances.append(torch.cdist(projected_query, projected_key).flatten())
+            supports.append(batch.support.flatten())
+        distances, supports = torch.cat(distances), torch.cat(supports)
+        threshold = distances.quantile(1 - sparsity)
+        return float((distances[supports] <= threshold).float().mean())
+
+    settings = TrainingSettings(projection_dim=2, epochs=10, clusters=(2, 4))
+    untrained_generator = torch.Generator().manual_seed(1)
+    untrained = LayerProjections(
+        torch.randn(1, 16, 2, generator=untrained_generator), torch.randn(1, 16, 2, generator=untrained_generator),
+        torch.zeros(1, 2, QUANTILE_STEPS + 1),
+    )  # fmt: skip
+    from tqdm.auto import tqdm
+
+    with tqdm(disable=True) as bar:
+        trained, distances = train_layer(batches, settings, torch.Generator().manual_seed(0), bar)
+    # The support is about 1/4 of the pairs: at sparsity 0.6 a perfect predictor recalls everything.
+    before, after = recall_at_sparsity(untrained, 0.6), recall_at_sparsity(trained, 0.6)
+    assert after > 0.9 and after > before + 0.2, (before, after)
+    assert set(trained.centroids) == {2, 4} and trained.quantiles.shape == (1, 2, QUANTILE_STEPS + 1)
+    assert distances.numel() == sum(int(batch.support.sum()) for batch in batches)
+
+
+def test_the_predictor_saves_loads_and_runs_in_a_folder_loaded_without_hf_entmax_code(tokenizer, tmp_path, batch):
+    model = tiny_model(vocab_size=len(tokenizer))
+    predictor = random_predictor(model)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    predictor.save(tmp_path / PREDICTOR_FILE)
+    loaded = SparsefinderPredictor.load(tmp_path / PREDICTOR_FILE)
+    assert loaded.metadata == predictor.metadata and loaded.projection_dim == 3
+    for kind, layers in predictor.layers.items():
+        for ours, theirs in zip(layers, loaded.layers[kind], strict=True):
+            assert torch.equal(ours.query, theirs.query) and torch.equal(ours.key, theirs.key)
+            assert torch.equal(ours.quantiles, theirs.quantiles) and torch.equal(
+                ours.centroids[2], theirs.centroids[2]
+            )
+
+    # The folder's own flat files (transformers_modules), as a Hub user without hf_entmax loads them.
+    remote_class = get_class_from_dynamic_module(
+        "modeling_adaptive_entmax_marian.AdaptiveEntmaxMarianMTModel", tmp_path
+    )
+    assert remote_class.__module__.startswith("transformers_modules.")
+    remote = remote_class.from_pretrained(tmp_path).eval()
+    spec = "quantization:buckets=4,window=1"
+    with torch.no_grad():
+        model.set_predicted_sparsity(spec, predictor=predictor)
+        expected = model(**batch).logits
+        remote.set_predicted_sparsity(spec)  # from the folder's own sparsefinder.safetensors
+        torch.testing.assert_close(remote(**batch).logits, expected, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="is not a Sparsefinder predictor"):
+        SparsefinderPredictor.load(tmp_path / "model.safetensors")
+
+
+def one_line_error(capsys, command: str, arguments: list[str]) -> str:
+    assert main([command, *arguments]) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+@pytest.fixture
+def sparse_folder(tokenizer, tmp_path):
+    """A sparsemax (α = 2) model folder and 16 sentence pairs."""
+    model = tiny_model(seed=2, vocab_size=len(tokenizer), init_std=2.0, alpha_init=2.0, learn_alpha=False)
+    model.generation_config.max_length = 12
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "source.txt").write_text("\n".join(SENTENCES[0::2] * 4) + "\n", encoding="utf-8")
+    (tmp_path / "target.txt").write_text("\n".join(SENTENCES[1::2] * 4) + "\n", encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_command_writes_the_report_figures_and_predictor_and_translate_uses_an_operating_point(sparse_folder, capsys):
+    folder = sparse_folder
+    arguments = ["sparsefinder", str(folder / "model"), "--source_file", str(folder / "source.txt"),
+                 "--target_file", str(folder / "target.txt"), "--output", str(folder / "report"), "--epochs", "2",
+                 "--window", "1", "--save_to_model", "--no-progress"]  # fmt: skip
+    assert main(arguments) == 0
+    written = {path.name for path in (folder / "report").iterdir()}
+    assert {"report.json", "report.md", "head_recall.png", PREDICTOR_FILE} <= written
+    assert {f"pareto_{kind}.png" for kind in ("encoder_self", "decoder_self", "cross")} <= written
+    report = json.loads((folder / "report" / "report.json").read_text())
+    assert report["sample"] == {"description": "source.txt / target.txt", "training_sentences": 8,
+                                "heldout_sentences": 8}  # fmt: skip
+    for kind, attention in report["attention"].items():
+        assert 0.0 < attention["model_sparsity"] < 1.0
+        assert set(attention["chosen"]) == ({"distance", "quantization", "clustering"} | (
+            {"window"} if kind != "cross" else set()))  # fmt: skip
+        for point in attention["points"]:
+            assert 0.0 <= point["sparsity"] <= 1.0 and 0.0 <= point["recall"] <= 1.0 and point["pairs"] > 0
+            if point["method"] != "window" and kind != "cross":
+                assert point["point"].endswith(",window=1")
+    translation = report["translation"]
+    assert math.isfinite(translation["full"]["bleu"]) and translation["points"]
+    assert (folder / "model" / PREDICTOR_FILE).is_file()
+    markdown = (folder / "report" / "report.md").read_text()
+    assert "## Decoder self-attention" in markdown and "hf-entmax translate --model" in markdown
+    # A second run may write over its own report.
+    assert main([*arguments, "--no-bleu", "--methods", "window"]) == 0
+    capsys.readouterr()
+
+    chosen = report["attention"]["decoder_self"]["chosen"]["distance"]
+    output = folder / "translations.txt"
+    assert main(["translate", "--model", str(folder / "model"), "--input", str(folder / "source.txt"), "--output",
+                 str(output), "--sparsefinder", f"decoder_self={chosen}", "cross=clustering:clusters=2",
+                 "--no-progress"]) == 0  # fmt: skip
+    assert len(output.read_text().splitlines()) == 16
+
+
+def test_bad_input_gives_one_line_errors(sparse_folder, capsys):
+    folder = sparse_folder
+    common = [str(folder / "model"), "--target_file", str(folder / "target.txt"), "--output", str(folder / "out")]
+    error = one_line_error(capsys, "sparsefinder", [*common, "--source_file", str(folder / "missing.txt")])
+    assert "missing.txt does not exist" in error
+    error = one_line_error(capsys, "sparsefinder", [*common, "--source_file", str(folder / "source.txt"),
+                                                    "--methods", "lsh"])  # fmt: skip
+    assert "invalid choice: 'lsh'" in error
+    error = one_line_error(capsys, "sparsefinder", [*common, "--source_file", str(folder / "source.txt"),
+                                                    "--target_recall", "1.5"])  # fmt: skip
+    assert "--target_recall must be in (0, 1], got 1.5" in error
+    (folder / "taken").mkdir()
+    (folder / "taken" / "notes.txt").write_text("mine")
+    error = one_line_error(capsys, "sparsefinder", [str(folder / "model"), "--source_file", str(folder / "source.txt"),
+                                                    "--target_file", str(folder / "target.txt"), "--output",
+                                                    str(folder / "taken")])  # fmt: skip
+    assert "not from an earlier `hf-entmax sparsefinder`" in error
+
+    translate = ["--model", str(folder / "model"), "--input", str(folder / "source.txt"), "--no-progress"]
+    error = one_line_error(capsys, "translate", [*translate, "--sparsefinder", "distance:threshold=-1"])
+    assert "--sparsefinder: `threshold` of the distance method must be a positive number, got -1.0" in error
+    error = one_line_error(capsys, "translate", [*translate, "--sparsefinder", "distance:threshold=1"])
+    assert f"has no {PREDICTOR_FILE}" in error
+    missing = str(folder / "nope.safetensors")
+    error = one_line_error(capsys, "translate", [*translate, "--sparsefinder", "window:size=1",
+                                                 "--sparsefinder_predictor", missing])  # fmt: skip
+    assert "nope.safetensors: no such file or folder" in error
