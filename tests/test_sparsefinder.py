@@ -118,12 +118,16 @@ def test_restricted_attention_is_exactly_zero_off_the_graph_and_a_query_with_no_
         torch.testing.assert_close(fallback.logits, full.logits, rtol=0, atol=0)
 
 
-def test_cached_generation_with_a_window_equals_uncached_teacher_forcing(batch):
-    """In cached decoding a query's position is the last of the keys: the window must mean the same there."""
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_cached_generation_with_a_window_equals_uncached_teacher_forcing(batch, cache_implementation):
+    """In cached decoding a query's position is its number of visible keys − 1 (a static cache holds more keys than
+    the sequence so far): the window must mean the same there as in teacher forcing."""
     model = tiny_model(seed=2, init_std=2.0)
     model.set_predicted_sparsity("window:size=1")
     inputs = {key: batch[key] for key in ("input_ids", "attention_mask")}
-    generated = model.generate(**inputs, max_length=8, num_beams=1, do_sample=False)
+    generated = model.generate(
+        **inputs, max_length=8, num_beams=1, do_sample=False, cache_implementation=cache_implementation
+    )
     with torch.no_grad():
         logits = model(**inputs, decoder_input_ids=generated[:, :-1]).logits
     # Greedy steps are the argmax of the uncached logits, before the end token (the last step is forced to </s>).

@@ -115,9 +115,10 @@ def entmax_attention_forward(
     query_scale = module.query_scale(mask, key.shape[-2], compute_dtype)  # None, or (B or 1, H, Lq or 1, 1)
     if query_scale is not None:
         scaling = scaling * query_scale
-    if module.predicted_sparsity is not None:
+    predicted_sparsity = getattr(module, "predicted_sparsity", None)  # any module with alpha() may call this
+    if predicted_sparsity is not None:
         # Sparsefinder: only the predicted pairs stay unmasked (after query_scale, which counts the allowed keys).
-        mask = module.predicted_sparsity.restrict(query, key, mask, compute_dtype)
+        mask = predicted_sparsity.restrict(query, key, mask, compute_dtype)
 
     fused = None
     if native_entmax_attention is not None:  # None where it does not apply

@@ -225,15 +225,15 @@ class SparsefinderPredictor:
         return cls.load(path)
 
 
-def query_positions(query_len: int, key_len: int, device: torch.device) -> torch.Tensor:
-    """``(Lq,)`` position of each query among the keys of self-attention: the last ``Lq`` of ``Lk`` (in cached
-    decoding the keys hold the earlier steps too)."""
+def last_positions(query_len: int, key_len: int, device: torch.device) -> torch.Tensor:
+    """``(Lq,)`` position of each query among the keys of self-attention when the keys end with the queries: the last
+    ``Lq`` of ``Lk`` (teacher forcing, and cached decoding with a growing cache)."""
     return torch.arange(key_len - query_len, key_len, device=device)
 
 
-def window_graph(query_len: int, key_len: int, size: int, device: torch.device) -> torch.Tensor:
-    """``(Lq, Lk)`` bool: self-attention pairs at most ``size`` positions apart."""
-    offsets = query_positions(query_len, key_len, device)[:, None] - torch.arange(key_len, device=device)  # (Lq, Lk)
+def window_graph(positions: torch.Tensor, key_len: int, size: int) -> torch.Tensor:
+    """``(..., Lq)`` query positions → ``(..., Lq, Lk)`` bool: the self-attention pairs at most ``size`` apart."""
+    offsets = positions[..., :, None] - torch.arange(key_len, device=positions.device)  # (..., Lq, Lk)
     return offsets.abs() <= size
 
 
@@ -307,6 +307,7 @@ def predicted_graph(
     query: torch.Tensor,
     key: torch.Tensor,
     self_attention: bool,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The pairs an operating point predicts, before the fallback (see `effective_graph`).
 
@@ -316,6 +317,7 @@ def predicted_graph(
         query: ``(B, H, Lq, D)`` unscaled queries (as the attention function receives them).
         key: ``(B, H, Lk, D)``.
         self_attention: Whether queries and keys are positions of one sequence (windows need it).
+        positions: ``(..., Lq)`` each query's position among the keys, for windows (default `last_positions`).
 
     Returns:
         ``(B, H, Lq, Lk)`` bool, or ``(Lq, Lk)`` for the window method.
@@ -327,8 +329,10 @@ def predicted_graph(
     if uses_window and not self_attention:
         raise ValueError(f"{point.spec()}: windows exist in self-attention only, not in cross-attention")
     query_len, key_len = query.shape[-2], key.shape[-2]
+    if uses_window and positions is None:
+        positions = last_positions(query_len, key_len, query.device)
     if point.method == "window":
-        return window_graph(query_len, key_len, int(point.knob), query.device)
+        return window_graph(positions, key_len, int(point.knob))
     if projections is None:
         raise ValueError(f"{point.spec()} needs the learned projections of a Sparsefinder predictor")
     projected_query, projected_key = projections.project(query, key)
@@ -345,7 +349,7 @@ def predicted_graph(
             )
         graph = cluster_graph(projected_query, projected_key, projections.centroids[int(point.knob)].to(query.device))
     if point.window is not None:
-        graph = graph | window_graph(query_len, key_len, point.window, query.device)
+        graph = graph | window_graph(positions, key_len, point.window)
     return graph
 
 
@@ -369,8 +373,11 @@ class PredictedSparsity:
     """What one attention module needs to attend over its predicted graph: the operating point and its layer's
     projections. Set on the modules by `apply_predicted_sparsity`; read by the model's attention function."""
 
-    def __init__(self, point: OperatingPoint, projections: LayerProjections | None, self_attention: bool) -> None:
-        self.point, self.projections, self.self_attention = point, projections, self_attention
+    def __init__(
+        self, point: OperatingPoint, projections: LayerProjections | None, self_attention: bool, causal: bool
+    ) -> None:
+        self.point, self.projections = point, projections
+        self.self_attention, self.causal = self_attention, causal
 
     def restrict(
         self, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype
@@ -392,10 +399,17 @@ class PredictedSparsity:
         key_len = key.shape[-2]
         if self.projections is not None and self.projections.query.device != query.device:
             self.projections = self.projections.to(query.device)
+        positions = None
         if mask is None:
             mask = torch.zeros((1, 1, 1, 1), dtype=dtype, device=query.device)
-        allowed = mask > torch.finfo(mask.dtype).min  # −inf and the lowest value both mask
-        predicted = predicted_graph(self.point, self.projections, query, key, self.self_attention)
+            allowed = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=query.device)
+        else:
+            allowed = mask > torch.finfo(mask.dtype).min  # −inf and the lowest value both mask
+        if self.causal and allowed.shape[-1] == key_len:
+            # A causal query sees the keys up to its own position: its position is its number of allowed keys − 1,
+            # also where the keys are a static cache longer than the sequence so far.
+            positions = allowed.sum(-1) - 1  # (B, 1 or H, Lq)
+        predicted = predicted_graph(self.point, self.projections, query, key, self.self_attention, positions)
         graph = effective_graph(predicted, allowed)
         dropped = allowed & ~graph  # (B, H, Lq, Lk)
         return mask.expand(batch, heads, query_len, key_len).masked_fill(dropped, float("-inf"))
@@ -506,7 +520,12 @@ def apply_predicted_sparsity(
         module.predicted_sparsity = (
             None
             if point is None
-            else PredictedSparsity(point, projections, module.attention_type in SELF_ATTENTION_TYPES)
+            else PredictedSparsity(
+                point,
+                projections,
+                module.attention_type in SELF_ATTENTION_TYPES,
+                module.attention_type == "decoder_self",
+            )
         )
     return points
 
@@ -525,6 +544,7 @@ __all__ = [
     "cluster_graph",
     "distance_graph",
     "effective_graph",
+    "last_positions",
     "nearest_centroid",
     "predicted_graph",
     "quantization_graph",
