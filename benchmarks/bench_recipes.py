@@ -141,8 +141,9 @@ def main() -> None:
     ]
     for name, row in rows.items():
         alphas = ", ".join(f"{value:.2f}" for value in row["mean α"].values())
+        recipe = row["recipe"] or "— (not trained)"
         lines.append(
-            f"| {name} | {row['recipe'] or '— (not trained)'} | {row['validation BLEU']:.1f} | {row['validation chrF']:.1f} | "
+            f"| {name} | {recipe} | {row['validation BLEU']:.1f} | {row['validation chrF']:.1f} | "
             f"{row['test BLEU']:.1f} | {row['test chrF']:.1f} | {alphas} |"
         )
     signature = next(iter(rows.values()))["signature"]
