@@ -7,6 +7,7 @@ modules import this plain module; the fixtures built on it are in conftest.py.
 import torch
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
+from hf_entmax.modeling.sparsefinder_attention import QUANTILE_STEPS, LayerProjections, SparsefinderPredictor
 
 
 # What a saved model folder holds to load anywhere without hf_entmax: weights, configs, tokenizer and the flat code.
@@ -58,3 +59,24 @@ def tiny_config(vocab_size: int = 64, **overrides) -> AdaptiveEntmaxMarianConfig
 def tiny_model(seed: int = 0, **overrides) -> AdaptiveEntmaxMarianMTModel:
     torch.manual_seed(seed)
     return AdaptiveEntmaxMarianMTModel(tiny_config(**overrides)).eval()
+
+
+def random_predictor(model, dim: int = 3, seed: int = 0) -> SparsefinderPredictor:
+    """Untrained projections for every layer of every attention type, with quantiles and 2 centroids."""
+    generator = torch.Generator().manual_seed(seed)
+    config = model.config
+    head_dim = config.d_model // config.encoder_attention_heads
+    heads = config.encoder_attention_heads
+
+    def layer() -> LayerProjections:
+        return LayerProjections(
+            torch.randn(heads, head_dim, dim, generator=generator),
+            torch.randn(heads, head_dim, dim, generator=generator),
+            torch.linspace(-3, 3, QUANTILE_STEPS + 1).expand(heads, dim, -1).contiguous(),
+            {2: torch.randn(heads, 2, dim, generator=generator)},
+        )
+
+    layers = {
+        kind: [layer() for _ in range(config.encoder_layers)] for kind in ("encoder_self", "decoder_self", "cross")
+    }
+    return SparsefinderPredictor(layers, {"thresholds": {kind: [1.0] for kind in layers}})

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from helpers import SAVED_FOLDER_FILES, SENTENCES, tiny_model
+from helpers import SAVED_FOLDER_FILES, SENTENCES, random_predictor, tiny_model
 from huggingface_hub import ModelCard
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel, analyze_model
@@ -20,6 +20,7 @@ from hf_entmax.hub import (
     render_model_card,
     write_training_card,
 )
+from hf_entmax.modeling.sparsefinder_attention import PREDICTOR_FILE
 
 
 SUMMARY = {
@@ -228,6 +229,7 @@ def make_training_output(model, tokenizer, folder, summary):
 @pytest.mark.slow
 def test_export_command_builds_the_card_from_the_training_summary(model, tokenizer, tmp_path, capsys):
     trained = make_training_output(model, tokenizer, tmp_path / "trained", {**SUMMARY, "base_model": None})
+    random_predictor(model).save(trained / PREDICTOR_FILE)  # as `hf-entmax sparsefinder --save_to_model` leaves it
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(SENTENCES[:3]))
 
@@ -237,7 +239,8 @@ def test_export_command_builds_the_card_from_the_training_summary(model, tokeniz
     assert "Wrote the Hub-ready folder" in capsys.readouterr().out
     assert find_pickle_files(output) == []
     assert not (output / "checkpoint-2").exists()
-    for name in ("training_summary.json", "alpha_history.json", "all_results.json", "trainer_state.json"):
+    records = ("training_summary.json", "alpha_history.json", "all_results.json", "trainer_state.json")
+    for name in (*records, PREDICTOR_FILE):
         assert (output / name).read_bytes() == (trained / name).read_bytes(), name
     card = ModelCard.load(output / "README.md")
     assert card.data.language == ["de", "en"]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from helpers import SENTENCES, tiny_model
+from helpers import SENTENCES, random_predictor, tiny_model
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from hf_entmax.analysis.statistics import allowed_keys
@@ -22,27 +22,6 @@ from hf_entmax.modeling.sparsefinder_attention import (
 )
 from hf_entmax.sparsefinder import AttentionBatch, AttentionSample, evaluate_points, graph_recall
 from hf_entmax.sparsefinder.train import TrainingSettings, train_layer
-
-
-def random_predictor(model, dim: int = 3, seed: int = 0) -> SparsefinderPredictor:
-    """Untrained projections for every layer of every attention type, with quantiles and 2 centroids."""
-    generator = torch.Generator().manual_seed(seed)
-    config = model.config
-    head_dim = config.d_model // config.encoder_attention_heads
-    heads = config.encoder_attention_heads
-
-    def layer() -> LayerProjections:
-        return LayerProjections(
-            torch.randn(heads, head_dim, dim, generator=generator),
-            torch.randn(heads, head_dim, dim, generator=generator),
-            torch.linspace(-3, 3, QUANTILE_STEPS + 1).expand(heads, dim, -1).contiguous(),
-            {2: torch.randn(heads, 2, dim, generator=generator)},
-        )
-
-    layers = {
-        kind: [layer() for _ in range(config.encoder_layers)] for kind in ("encoder_self", "decoder_self", "cross")
-    }
-    return SparsefinderPredictor(layers, {"thresholds": {kind: [1.0] for kind in layers}})
 
 
 @pytest.fixture
