@@ -1,15 +1,19 @@
 """Which implementation runs α-entmax, decided here alone, and made visible.
 
 Two paths go through the native kernel: the mapping (`hf_entmax.entmax`, `entmax15`, `sparsemax`, through
-`cpu.native_entmax`) and the model's attention (through `cpu.native_entmax_attention`, fused). For each call,
-`mapping_route` or `attention_route` gives a `Route`: the implementation that runs and why. The first call that takes
-a route logs it once (logger ``"hf_entmax"``, level INFO), and `describe` sums up the routes of this machine.
+`cpu.native_entmax`) and the model's attention (through `cpu.native_entmax_attention`, fused). On CUDA tensors the
+model's attention can run the Triton kernel instead (through `gpu.triton_entmax_attention`), opt-in with
+``HF_ENTMAX_TRITON=1`` until it has been measured on a GPU. For each call, `mapping_route`, `attention_route` or
+`triton_attention_route` gives a `Route`: the implementation that runs and why. The first call that takes a route logs
+it once (logger ``"hf_entmax"``, level INFO), and `describe` sums up the routes of this machine.
 
 The functions are called once per layer and token while decoding, so they are a few attribute checks returning
 routes made once, here.
 """
 
+import functools
 import logging
+import os
 import platform
 
 import torch
@@ -23,44 +27,66 @@ logger = logging.getLogger("hf_entmax")
 MAPPING = "mapping"
 ATTENTION = "attention"
 _PATH_TITLES = {MAPPING: "α-entmax (entmax, entmax15, sparsemax)", ATTENTION: "α-entmax attention"}
+# What runs: the native CPU kernel, the Triton kernel (attention on CUDA tensors) or PyTorch.
+NATIVE = "native"
+TRITON = "triton"
+PYTORCH = "pytorch"
 NATIVE_IMPLEMENTATIONS = {MAPPING: "native CPU kernel", ATTENTION: "fused native CPU kernel"}
 PYTORCH_IMPLEMENTATIONS = {MAPPING: "PyTorch", ATTENTION: "PyTorch operations"}
+TRITON_IMPLEMENTATION = "Triton kernel"
+# The opt-in switch of the Triton kernel, and the device types it takes (tests add "cpu", where Triton's interpreter
+# runs it).
+TRITON_SWITCH = "HF_ENTMAX_TRITON"
+TRITON_DEVICE_TYPES = ("cuda",)
+TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 class Route:
-    """One answer to "which implementation runs?": for ``path`` (`MAPPING` or `ATTENTION`), ``native`` (the kernel) or
-    not, and the ``reason``."""
+    """One answer to "which implementation runs?": for ``path`` (`MAPPING` or `ATTENTION`), the ``kind`` (`NATIVE`,
+    `TRITON` or `PYTORCH`) and the ``reason``."""
 
-    __slots__ = ("announced", "native", "path", "reason")
+    __slots__ = ("announced", "kind", "path", "reason")
 
-    def __init__(self, path: str, native: bool, reason: str):
+    def __init__(self, path: str, kind: str, reason: str):
         self.path = path
-        self.native = native
+        self.kind = kind
         self.reason = reason
         self.announced = False
 
     @property
+    def native(self) -> bool:
+        """Whether the native CPU kernel runs."""
+        return self.kind == NATIVE
+
+    @property
+    def triton(self) -> bool:
+        """Whether the Triton kernel runs."""
+        return self.kind == TRITON
+
+    @property
     def implementation(self) -> str:
-        """The implementation's name, e.g. ``"native CPU kernel"`` or ``"PyTorch"``."""
+        """The implementation's name, e.g. ``"native CPU kernel"``, ``"Triton kernel"`` or ``"PyTorch"``."""
+        if self.kind == TRITON:
+            return TRITON_IMPLEMENTATION
         return (NATIVE_IMPLEMENTATIONS if self.native else PYTORCH_IMPLEMENTATIONS)[self.path]
 
     def __str__(self) -> str:
         return f"{_PATH_TITLES[self.path]}: {self.implementation} ({self.reason})"
 
     def __repr__(self) -> str:
-        return f"Route({self.path!r}, native={self.native}, reason={self.reason!r})"
+        return f"Route({self.path!r}, {self.kind!r}, reason={self.reason!r})"
 
 
 class _Routes:
     """The routes of one path for the reasons both paths share."""
 
     def __init__(self, path: str, native_reason: str):
-        self.native = Route(path, True, native_reason)
-        self.not_cpu = Route(path, False, "the tensors are not on the CPU, the kernel is CPU only")
-        self.empty = Route(path, False, "empty input")
-        self.compiling = Route(path, False, "under torch.compile, which does not trace into the kernel")
-        self.disabled = Route(path, False, "the kernel is turned off by HF_ENTMAX_NATIVE=0")
-        self.unavailable = Route(path, False, "the kernel could not be built: hf_entmax.kernels.describe() says why")
+        self.native = Route(path, NATIVE, native_reason)
+        self.not_cpu = Route(path, PYTORCH, "the tensors are not on the CPU, the kernel is CPU only")
+        self.empty = Route(path, PYTORCH, "empty input")
+        self.compiling = Route(path, PYTORCH, "under torch.compile, which does not trace into the kernel")
+        self.disabled = Route(path, PYTORCH, "the kernel is turned off by HF_ENTMAX_NATIVE=0")
+        self.unavailable = Route(path, PYTORCH, "the kernel could not be built: hf_entmax.kernels.describe() says why")
 
     def kernel(self) -> Route:
         """The route where the kernel applies to the tensors: native if it is loaded (building it on first use)."""
@@ -72,8 +98,8 @@ class _Routes:
 
 _MAPPING_ROUTES = _Routes(MAPPING, "CPU tensors, half precision computed in float32")
 _ATTENTION_ROUTES = _Routes(ATTENTION, "float32/float64 CPU tensors")
-_ATTENTION_DTYPE = Route(ATTENTION, False, "not float32/float64 tensors of one dtype, which the fused kernel needs")
-_ATTENTION_MASK_GRAD = Route(ATTENTION, False, "the mask requires a gradient, which the fused kernel does not give")
+_ATTENTION_DTYPE = Route(ATTENTION, PYTORCH, "not float32/float64 tensors of one dtype, which the fused kernel needs")
+_ATTENTION_MASK_GRAD = Route(ATTENTION, PYTORCH, "the mask requires a gradient, which the fused kernel does not give")
 
 
 def _announce(route: Route) -> Route:
@@ -132,12 +158,111 @@ def attention_route(
     return route if route.announced else _announce(route)
 
 
+class _TritonRoutes:
+    """The routes of the model's attention on the tensors the Triton kernel is for, one per reason."""
+
+    def __init__(self):
+        self.triton = Route(ATTENTION, TRITON, f"CUDA float16/bfloat16/float32 tensors, {TRITON_SWITCH}=1")
+        self.off = Route(
+            ATTENTION, PYTORCH, f"the Triton kernel is opt-in until measured on a GPU: {TRITON_SWITCH}=1 turns it on"
+        )
+        self.not_device = Route(ATTENTION, PYTORCH, "the tensors are not CUDA tensors, which the Triton kernel takes")
+        self.dtype = Route(
+            ATTENTION, PYTORCH, "not float16/bfloat16/float32 tensors of one dtype, which the Triton kernel takes"
+        )
+        self.mask_grad = Route(
+            ATTENTION, PYTORCH, "the mask requires a gradient, which the Triton kernel does not give"
+        )
+        self.dropout = Route(
+            ATTENTION, PYTORCH, "attention dropout in training, which the Triton kernel does not draw (PyTorch does)"
+        )
+        self.weights = Route(
+            ATTENTION,
+            PYTORCH,
+            "the attention weights are wanted (output_attentions), which the Triton kernel never forms",
+        )
+        self.head_dim = Route(
+            ATTENTION, PYTORCH, "a head dimension above 256, which the Triton kernel's tiles do not hold"
+        )
+
+
+_TRITON_ROUTES = _TritonRoutes()
+_TRITON_MAX_HEAD_DIM = 256  # as triton_attention.MAX_HEAD_DIM, which imports triton
+
+
+@functools.cache
+def _triton_import_route() -> Route:
+    """The Triton kernel's route as far as the installation goes: `_TRITON_ROUTES.triton` if triton imports, else
+    why not. Asked once per process (importing triton takes a second)."""
+    try:
+        import triton  # noqa: F401
+    except Exception as error:  # ImportError, or a broken installation failing otherwise
+        message = (
+            f"{TRITON_SWITCH}=1, but triton cannot be imported ({type(error).__name__}: {error}): pip install triton"
+        )
+        return Route(ATTENTION, PYTORCH, message)
+    return _TRITON_ROUTES.triton
+
+
+def _triton_switch_route() -> Route:
+    """The Triton kernel's route before looking at the tensors: off unless ``HF_ENTMAX_TRITON=1``, then whether
+    triton imports."""
+    if os.environ.get(TRITON_SWITCH) != "1":
+        return _TRITON_ROUTES.off
+    return _triton_import_route()
+
+
+def triton_attention_route(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout: float = 0.0,
+    weights_wanted: bool = False,
+) -> Route:
+    """The route of the model's attention on tensors of a device the Triton kernel is for (CUDA), as
+    `gpu.triton_entmax_attention` takes them: the Triton kernel where ``HF_ENTMAX_TRITON=1``, triton imports, the
+    tensors are non-empty float16/bfloat16/float32 tensors of one dtype with a head dimension up to 256, the mask needs
+    no gradient, there is no attention dropout (``dropout`` is the probability in effect: 0 in evaluation) and the
+    caller does not want the attention weights; outside ``torch.compile``. Elsewhere the model composes the attention
+    of PyTorch operations."""
+    routes = _TRITON_ROUTES
+    if torch.compiler.is_compiling():
+        return _ATTENTION_ROUTES.compiling
+    dtype = query.dtype
+    if (
+        query.device.type not in TRITON_DEVICE_TYPES
+        or key.device != query.device
+        or value.device != query.device
+        or (mask is not None and mask.device != query.device)
+    ):
+        route = routes.not_device
+    elif not (switch := _triton_switch_route()).triton:
+        route = switch
+    elif dtype not in TRITON_DTYPES or key.dtype != dtype or value.dtype != dtype:
+        route = routes.dtype
+    elif mask is not None and mask.requires_grad:
+        route = routes.mask_grad
+    elif dropout > 0.0:
+        route = routes.dropout
+    elif weights_wanted:
+        route = routes.weights
+    elif query.shape[-1] > _TRITON_MAX_HEAD_DIM:
+        route = routes.head_dim
+    elif query.numel() == 0 or key.numel() == 0:
+        route = _ATTENTION_ROUTES.empty
+    else:
+        route = switch
+    return route if route.announced else _announce(route)
+
+
 def describe() -> str:
     """A few lines saying which implementation runs α-entmax on this machine and why: for the mapping and for the
-    model's attention on CPU tensors, and the kernel's build (compiler, flags, threads, vector instructions, where it
-    is cached) or why there is none. Loads the kernel, building it if this machine has no build yet (about 20 s)."""
+    model's attention on CPU tensors and on CUDA tensors, and the native kernel's build (compiler, flags, threads,
+    vector instructions, where it is cached) or why there is none. Loads the kernel, building it if this machine has
+    no build yet (about 20 s); imports triton where HF_ENTMAX_TRITON=1."""
     status = kernel_status()
-    mapping, attention = _MAPPING_ROUTES.kernel(), _ATTENTION_ROUTES.kernel()
+    mapping, attention, cuda = _MAPPING_ROUTES.kernel(), _ATTENTION_ROUTES.kernel(), _triton_switch_route()
     lines = [
         f"hf_entmax on {platform.machine()} with torch {torch.__version__} ({torch.get_num_threads()} threads):",
         f"- {MAPPING} on CPU tensors: {mapping.implementation} ({mapping.reason}); on other devices and under "
@@ -145,6 +270,13 @@ def describe() -> str:
         f"- {ATTENTION} on CPU tensors: {attention.implementation} ({attention.reason}); in half precision, with a "
         "mask that requires a gradient, on other devices and under torch.compile: PyTorch operations (their entmax "
         "takes the mapping's route)",
+        f"- {ATTENTION} on CUDA tensors: {cuda.implementation} ({cuda.reason})"
+        + (
+            "; with attention dropout in training, wanted weights (output_attentions), float64, a mask that requires "
+            "a gradient and under torch.compile: PyTorch operations"
+            if cuda.triton
+            else ""
+        ),
     ]
     path, version = build.compiler_identity()
     compiler_text = f"{path} ({version.splitlines()[0] if version else 'no version'})"

@@ -51,6 +51,10 @@ try:  # With hf_entmax installed, CPU attention runs fused in its native kernel;
     from hf_entmax.kernels.cpu import native_entmax_attention
 except ImportError:
     native_entmax_attention = None
+try:  # And CUDA attention in its Triton kernel, which HF_ENTMAX_TRITON=1 turns on.
+    from hf_entmax.kernels.gpu import triton_entmax_attention
+except ImportError:
+    triton_entmax_attention = None
 
 
 ATTENTION_IMPLEMENTATION = "adaptive_entmax"
@@ -71,7 +75,7 @@ def entmax_attention_forward(
     scaling: float | None = None,
     dropout: float = 0.0,
     **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scaled dot-product attention with α-entmax in place of softmax, one α per head.
 
     Args:
@@ -84,16 +88,18 @@ def entmax_attention_forward(
         scaling: Factor applied to the query, ``head_dim ** -0.5`` by default; with ASEntmax, times the module's
             ``query_scale`` (a factor per head and query).
         dropout: Dropout probability on the attention probabilities, applied in training only.
+        kwargs: Marian's; ``output_attentions`` (or the config's) says whether the weights are wanted.
 
     Returns:
         ``(output, weights)``: ``output`` is ``(batch, query_len, heads, head_dim)`` and contiguous; ``weights`` is
         ``(batch, heads, query_len, key_len)``: the probabilities, with exact zeros, or in training with dropout the
         weights that multiplied the values (dropped entries 0, the others divided by ``1 − dropout``), which is
-        what Marian's eager attention returns.
+        what Marian's eager attention returns. ``None`` from the Triton kernel, which never forms them.
 
     With hf_entmax installed, float32/float64 CPU attention runs fused in its native kernel
     (``native_entmax_attention``, dropout included), equal to the composed operations below up to float32 rounding
-    (its dropout mask is drawn differently, from the same generator).
+    (its dropout mask is drawn differently, from the same generator); and with ``HF_ENTMAX_TRITON=1``, CUDA attention
+    without dropout whose weights are not wanted runs in the Triton kernel (``triton_entmax_attention``).
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
@@ -120,9 +126,15 @@ def entmax_attention_forward(
         # Sparsefinder: only the predicted pairs stay unmasked (after query_scale, which counts the allowed keys).
         mask = predicted_sparsity.restrict(query, key, mask, compute_dtype)
 
-    fused = None
-    if native_entmax_attention is not None:  # None where it does not apply
+    fused = None  # each kernel returns None where it does not apply, and says why (hf_entmax.kernels.describe())
+    if native_entmax_attention is not None and query.device.type == "cpu":
         fused = native_entmax_attention(query * scaling, key, value, alpha, mask, dropout)
+    elif triton_entmax_attention is not None:
+        config = getattr(module, "config", None)
+        weights_wanted = bool(kwargs.get("output_attentions", getattr(config, "output_attentions", False)))
+        # A half-precision query stays in its dtype (ASEntmax's factor is float32), as the kernel takes q, k, v alike.
+        scaled = (query * scaling).to(query.dtype)
+        fused = triton_entmax_attention(scaled, key, value, alpha, mask, dropout, weights_wanted)
     if fused is not None:
         output, weights = fused
     else:
