@@ -97,11 +97,20 @@ def test_each_query_is_scaled_by_the_number_of_keys_it_may_attend_to(batch, monk
             torch.testing.assert_close(scale.expand(2, -1, -1, -1), expected_scale(module, visible[kind]))
 
 
-def test_cached_decoding_scales_each_new_query_by_its_growing_prefix(batch, monkeypatch):
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_cached_decoding_scales_each_new_query_by_its_growing_prefix(batch, monkeypatch, cache_implementation):
+    """A static cache's keys are its whole length (6 here), masked beyond the prefix: n comes from the mask."""
     model = tiny_model(attention_scaling="asentmax", init_std=0.5).double()
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     recorded = recorded_query_scales(model, monkeypatch)
-    generated = model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False, use_cache=True)
+    generated = model.generate(
+        **inputs,
+        max_new_tokens=6,
+        min_new_tokens=6,
+        do_sample=False,
+        use_cache=True,
+        cache_implementation=cache_implementation,
+    )
     steps = generated.shape[1] - 1
     first_layer = [scale for module, scale in recorded["decoder_self"] if module.layer_idx == 0]
     assert len(first_layer) == steps

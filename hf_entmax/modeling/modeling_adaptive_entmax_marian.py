@@ -304,9 +304,11 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
     _supports_sdpa = False
     _supports_flash_attn = False
     _supports_flex_attn = False
-    # The forward compiles and exports whole (traced, the Newton iteration runs a fixed number of steps), but compiled
-    # generation with a static cache is not tested yet, and transformers' generate relies on this flag for it.
-    _can_compile_fullgraph = False
+    # Traced, the Newton iteration runs a fixed number of steps and the native kernel steps aside, so the forward
+    # compiles with fullgraph=True, decoding steps with a static cache included (ASEntmax counts each query's keys from
+    # the mask, not the cache's length); tests/test_compile_export.py checks it. transformers' tests of compiled and
+    # static-cache generation run only on models that declare it.
+    _can_compile_fullgraph = True
     # Marian's loss is a mean over the batch's tokens and ignores `num_items_in_batch`: tell Trainer, so that
     # it scales the loss for gradient accumulation itself (and does not rescale it under DDP).
     accepts_loss_kwargs = False
