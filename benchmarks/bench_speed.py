@@ -166,13 +166,14 @@ def model_batch(config, seed: int, batch_size: int = 64) -> dict[str, torch.Tens
     return batch
 
 
-def cli_default_model() -> tuple[AdaptiveEntmaxMarianMTModel, ModelArguments]:
-    """The model `hf-entmax train` builds by default, from its default `ModelArguments`, and those arguments.
+def cli_default_model(model_size: str | None = None) -> tuple[AdaptiveEntmaxMarianMTModel, ModelArguments]:
+    """The model `hf-entmax train` builds by default (or with ``--model_size model_size``), from its default
+    `ModelArguments`, and those arguments.
 
     The command trains its tokenizer on the data; a stand-in with the default vocabulary size and the same special
     tokens (``<pad>`` 0, which also starts decoding, ``</s>`` 1, ``<unk>`` 2) gives the model the same shape.
     """
-    arguments = ModelArguments()
+    arguments = ModelArguments(model_size=model_size)
     pieces = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {f"piece{index}": index for index in range(3, arguments.vocab_size)}
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel(pieces, unk_token="<unk>")),
@@ -198,9 +199,9 @@ def build_models() -> dict[str, torch.nn.Module]:
     return {"marian": marian, "entmax": model}
 
 
-def describe_configuration() -> str:
+def describe_configuration(model_size: str | None = None) -> str:
     """What the model section measures: the preset, the dropouts and how α is chosen, read from the built model."""
-    model, arguments = cli_default_model()
+    model, arguments = cli_default_model(model_size)
     config = model.config
     alphas = []
     for kind in ("encoder_self", "decoder_self", "cross"):
@@ -233,18 +234,20 @@ def training_step(model, optimizer, batches):
     return step
 
 
-def generation_step(model, batch):
-    """A step that translates the batch's first 16 sentences: beam 5, exactly 20 new tokens."""
+def generation_step(model, batch, num_beams: int = 5, sentences: int = 16, new_tokens: int = 20, **options):
+    """A step that translates the batch's first ``sentences`` sentences: ``num_beams`` beams, exactly ``new_tokens``
+    new tokens, and ``options`` for `generate` (e.g. ``cache_implementation``)."""
 
     def step():
         model.eval()
         with torch.no_grad():
             model.generate(
-                input_ids=batch["input_ids"][:16],
-                attention_mask=batch["attention_mask"][:16],
-                num_beams=5,
-                max_new_tokens=20,
-                min_new_tokens=20,
+                input_ids=batch["input_ids"][:sentences],
+                attention_mask=batch["attention_mask"][:sentences],
+                num_beams=num_beams,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                **options,
             )
 
     return step
