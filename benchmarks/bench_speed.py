@@ -185,10 +185,8 @@ def cli_default_model(model_size: str | None = None) -> tuple[AdaptiveEntmaxMari
     return load_model(arguments, tokenizer, DEFAULT_MAX_LENGTH), arguments
 
 
-def build_models() -> dict[str, torch.nn.Module]:
-    """``"entmax"``: the default `hf-entmax train` model; ``"marian"``: `MarianMTModel` with SDPA attention and its
-    architecture, dropouts and weights."""
-    model, _ = cli_default_model()
+def sdpa_twin(model: AdaptiveEntmaxMarianMTModel) -> MarianMTModel:
+    """`MarianMTModel` with SDPA attention and ``model``'s architecture, dropouts and weights (not the α logits)."""
     marian_fields = {
         key: value for key, value in model.config.to_dict().items() if key in MarianConfig.__dataclass_fields__
     }
@@ -196,7 +194,13 @@ def build_models() -> dict[str, torch.nn.Module]:
     marian.load_state_dict(model.state_dict(), strict=False)  # all but the α logits
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         assert getattr(marian.config, name) == getattr(model.config, name), name
-    return {"marian": marian, "entmax": model}
+    return marian
+
+
+def build_models() -> dict[str, torch.nn.Module]:
+    """``"entmax"``: the default `hf-entmax train` model; ``"marian"``: its `sdpa_twin`."""
+    model, _ = cli_default_model()
+    return {"marian": sdpa_twin(model), "entmax": model}
 
 
 def describe_configuration(model_size: str | None = None) -> str:
