@@ -121,6 +121,9 @@ class _HeadAlphas(torch.nn.Module):
     def alpha(self) -> torch.Tensor:
         return 1 + torch.sigmoid(self.alpha_logits)
 
+    def query_scale(self, mask, key_len, dtype) -> None:
+        return None  # no ASEntmax scaling
+
 
 def bench_attention(shapes, repeats: int, report) -> None:
     report("\n#### Full attention (scores, padding mask, mapping, values), forward + backward\n")
