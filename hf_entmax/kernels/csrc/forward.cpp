@@ -1,10 +1,10 @@
-// The forward over rows: each row to the row solver, or, with few candidates for its support, to the lane solver.
+// The forward over rows: each row to the row solver, or, with few candidates for its support, to the lane solver
+// (entmax_forward_row).
 #include <cstdint>
 
-#include "constants.h"
+#include "forward_row.h"
 #include "kernel.h"
 #include "lane_solver.h"
-#include "newton_common.h"
 #include "parallel.h"
 #include "row_solver.h"
 
@@ -16,20 +16,7 @@ void entmax_forward_rows(const T* scores, MaskRows<T> mask, const T* betas, T* o
   parallel_rows(rows, size, make_scratch, [&](int64_t begin, int64_t end, Candidates<T>& scratch) {
     LaneBatch<T> lanes;  // rows with few candidates wait here until kLanes of them can be solved together
     for (int64_t row = begin; row < end; ++row) {
-      const T beta = betas[row];
-      T* row_out = out + row * size;
-      if (size <= kShortRow && is_general(row_kind(beta))) {
-        lanes.add_row(scores + row * size, mask.row(row), row_out, size, beta);
-        if (lanes.waiting == kLanes) solve_lanes(lanes);
-        continue;
-      }
-      const auto defer = [&](const T* candidates, const int64_t* columns, int64_t count) {
-        lanes.add(candidates, columns, count, row_out, size, beta);
-        if (lanes.waiting == kLanes) solve_lanes(lanes);
-      };
-      with_row_kind(beta, [&](auto kind) {
-        entmax_row<T, decltype(kind)::value>(scores + row * size, mask.row(row), row_out, size, beta, scratch, defer);
-      });
+      entmax_forward_row(scores + row * size, mask.row(row), out + row * size, size, betas[row], scratch, lanes);
     }
     if (lanes.waiting > 0) solve_lanes(lanes);
   });

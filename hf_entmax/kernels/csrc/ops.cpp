@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernel.h"
+#include "ops.h"
 
 namespace hf_entmax {
 
@@ -23,8 +24,6 @@ void check_scores(const at::Tensor& scores, const at::Tensor& alpha, const char*
   TORCH_CHECK(at::isFloatingType(alpha.scalar_type()), "alpha must be a floating-point tensor");
 }
 
-// β = α − 1 of each row of `scores` (..., size), as a contiguous (..., 1) tensor: α broadcasts to it, and is rounded
-// to the scores' dtype before 1 is subtracted.
 at::Tensor row_betas(const at::Tensor& scores, const at::Tensor& alpha) {
   std::vector<int64_t> row_shape = scores.sizes().vec();
   row_shape.back() = 1;
