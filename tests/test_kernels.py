@@ -682,3 +682,185 @@ def test_model_outputs_are_the_same_with_and_without_the_kernel(monkeypatch):
         reference = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
     bound = 1000 * FLOAT64_ROUNDOFF * reference.abs().max()
     assert_within(fast, reference, torch.full_like(reference, bound.item()), "logits")
+
+
+# ---- Restricted attention (Sparsefinder's graphs, each query's keys gathered) --------------------------------------
+
+
+def random_graph(shape: tuple[int, ...], keep: float, seed: int) -> torch.Tensor:
+    """A bool graph with each pair kept with probability ``keep``, one row without pairs and one with every pair."""
+    graph = torch.rand(shape, generator=torch.Generator().manual_seed(seed)) < keep
+    graph[0, 0, 0] = False  # a query without pairs: zeros, as a fully masked query of the full attention
+    graph[-1, -1, -1] = True
+    return graph
+
+
+def graph_to_mask(graph: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(graph.shape, dtype=dtype).masked_fill(~graph, float("-inf"))
+
+
+@pytest.mark.parametrize("size", [1, 7, 8, 9, 31, 32, 33, 70, 300])
+def test_graph_rows_list_each_rows_pairs_in_order(size):
+    """Rows of every length the op's chunks see (32-byte chunks, 8-byte words, a remainder), sparse and dense rows
+    (visited bit by bit, and written without a branch), empty and full rows."""
+    generator = torch.Generator().manual_seed(size)
+    keep = torch.tensor([0.0, 0.03, 0.2, 0.5, 0.9, 1.0]).repeat_interleave(4).view(-1, 1)  # (24, 1)
+    graph = (torch.rand(24, size, generator=generator) < keep).view(2, 3, 4, size)
+    offsets, columns = cpu.graph_rows(graph)
+    rows = graph.view(-1, size)
+    assert offsets.dtype == torch.int64 and columns.dtype == torch.int32
+    assert torch.equal(offsets, torch.cat([torch.zeros(1, dtype=torch.int64), rows.sum(-1).cumsum(0)]))
+    assert torch.equal(columns.long(), rows.nonzero()[:, 1])  # nonzero lists each row's columns in order
+    assert torch.equal(
+        cpu.rows_mask(offsets, columns, graph.shape, torch.float32), graph_to_mask(graph, torch.float32)
+    )
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3, 0.5, 0.8, 1.0])
+def test_restricted_attention_gradcheck(beta):
+    """Gradients to the query, key, value and per-head α through a random graph with a query without pairs."""
+    generator = torch.Generator().manual_seed(int(beta * 10))
+    query, key, value = (
+        torch.randn(2, 3, length, 4, generator=generator, dtype=torch.float64).requires_grad_() for length in (3, 6, 6)
+    )
+    alpha = (1 + beta + torch.tensor([0.0, 0.04, -0.03]).clamp(min=-beta, max=1 - beta)).double().view(1, 3, 1, 1)
+    alpha.requires_grad_(beta not in (0.0, 1.0))  # as in test_fused_attention_gradcheck
+    offsets, columns = cpu.graph_rows(random_graph((2, 3, 3, 6), 0.6, seed=int(beta * 10)))
+
+    def attention(q, k, v, a):
+        return cpu.NativeRestrictedAttentionFunction.apply(q, k, v, a, offsets, columns)
+
+    assert gradcheck(attention, (query, key, value, alpha))
+    assert gradgradcheck(attention, (query, key, value, alpha))
+
+
+def restricted_and_masked(graph: torch.Tensor, dtype: torch.dtype, seed: int):
+    """The gathered attention over ``graph`` and the fused attention with the pairs outside it masked, forward and
+    backward on the same inputs (``(B, H, Lq, 8)`` queries, already scaled; α per head): ``(inputs, gathered outputs
+    and gradients, masked outputs and gradients)``."""
+    batch, heads, queries, keys = graph.shape
+    generator = torch.Generator().manual_seed(seed)
+    query, key, value = (torch.randn(batch, heads, length, 8, generator=generator) for length in (queries, keys, keys))
+    inputs = (query * 0.7, key, value, torch.tensor([1.05, 1.3, 1.5, 2.0]).view(1, 4, 1, 1))
+    inputs = tuple(tensor.to(dtype) for tensor in inputs)
+    grad_output = torch.randn(batch, heads, queries, 8, generator=generator, dtype=dtype)
+    offsets, columns = cpu.graph_rows(graph)
+    results = []
+    for attention in (
+        lambda *leaves: cpu.NativeRestrictedAttentionFunction.apply(*leaves, offsets, columns),
+        lambda *leaves: cpu.native_entmax_attention(*leaves, graph_to_mask(graph, dtype))[0],
+    ):
+        leaves = [tensor.clone().requires_grad_() for tensor in inputs]
+        output = attention(*leaves)
+        output.backward(grad_output)
+        results.append((output.detach(), *(leaf.grad for leaf in leaves)))
+    return inputs, grad_output, *results
+
+
+GRAPHS = {
+    "random": lambda shape: random_graph(shape, 0.3, seed=1),
+    "all pairs": lambda shape: torch.ones(shape, dtype=torch.bool),
+    "causal": lambda shape: torch.ones(shape[-2:], dtype=torch.bool).tril(shape[-1] - shape[-2]).expand(shape),
+}
+
+
+@pytest.mark.parametrize("graph_name", list(GRAPHS))
+def test_float32_restricted_attention_matches_float64_masked_attention(graph_name):
+    """The gathered attention is the masked attention: in float32, its output and every gradient within the float32
+    rounding bounds of the float64 masked attention (the bounds of test_float32_fused_attention_matches_float64_...,
+    which hold for any summation order, and so for the gathered rows: a score is the same sum of D products, a row
+    solves the same equation over fewer entries (the masked ones add nothing), and the output and the gradients to
+    the keys and values are sums over fewer terms than the full products the bounds are written for). The float32
+    masked attention is within the same bounds, so the two float32 paths agree up to float32 rounding."""
+    graph = GRAPHS[graph_name]((2, 4, 16, 40))
+    inputs, grad_output, gathered, masked = restricted_and_masked(graph, torch.float32, seed=3)
+    q, k, v = (tensor.double() for tensor in inputs[:3])
+    alpha = inputs[3]
+    probs = EntmaxFunction.apply(q @ k.transpose(-1, -2) + graph_to_mask(graph, torch.float64), alpha.double(), 3)
+    probs_bound = forward_bound(probs, alpha, score_error=matmul_bound(q, k.transpose(-1, -2)))
+    # The backward is compared with the reference's at the float32 kernel's own probabilities (as in the fused test):
+    # the gathered attention's, which agree with the masked kernel's within the forward bound.
+    offsets, columns = cpu.graph_rows(graph)
+    kernel_probs = cpu.rows_mask(offsets, columns, graph.shape, torch.float64).exp()  # 1 on the graph, 0 off it
+    kernel_probs[graph] = torch.ops.hf_entmax.restricted_attention_forward(*inputs, offsets, columns)[1].double()
+    assert_within(kernel_probs, probs, probs_bound, "probabilities")
+    grad_output = grad_output.double()
+    grad_probs = grad_output @ v.transpose(-1, -2)
+    grad_scores, grad_alpha_rows = reference_backward(kernel_probs, alpha, grad_probs)
+    error_scores, error_alpha_rows = backward_bound(
+        kernel_probs, alpha, grad_probs, matmul_bound(grad_output, v.transpose(-1, -2))
+    )
+    expected = {
+        "output": (probs @ v, matmul_bound(probs, v, probs_bound)),
+        "query": (grad_scores @ k, matmul_bound(grad_scores, k, error_scores)),
+        "key": (
+            grad_scores.transpose(-1, -2) @ q,
+            matmul_bound(grad_scores.transpose(-1, -2), q, error_scores.transpose(-1, -2)),
+        ),
+        "value": (
+            kernel_probs.transpose(-1, -2) @ grad_output,
+            matmul_bound(kernel_probs.transpose(-1, -2), grad_output),
+        ),
+        "alpha": (
+            grad_alpha_rows.sum_to_size(alpha.shape),
+            summed_bound(grad_alpha_rows, error_alpha_rows, alpha.shape),
+        ),
+    }
+    for ours, (name, (reference, bound)) in zip(gathered, expected.items(), strict=True):
+        assert_within(ours, reference, bound, f"gathered {name}")
+    assert_within(masked[0], *expected["output"], "masked output")
+    # The masked path's gradients come from its own probabilities, within the forward bound of the reference's as the
+    # gathered path's are: for the values', twice that bound apart from those the reference above is computed at.
+    masked_value_bound = matmul_bound(kernel_probs.transpose(-1, -2), grad_output, 2 * probs_bound.transpose(-1, -2))
+    assert_within(masked[3], expected["value"][0], masked_value_bound, "masked gradient to the value")
+    empty = ~graph.any(-1)  # queries without pairs (the random graph's first): zeros, no NaN
+    assert gathered[0][empty].eq(0).all() and gathered[1][empty].eq(0).all()
+
+
+def test_float64_restricted_attention_equals_the_masked_attention_to_float64_rounding():
+    """In float64 the two paths differ only by the order of their sums and the iteration's stopping point, each
+    within the float64 rounding bounds above (computed with u = 2^-53): 2 bounds apart at most."""
+    graph = GRAPHS["random"]((2, 4, 16, 40))
+    inputs, _, gathered, masked = restricted_and_masked(graph, torch.float64, seed=5)
+    q, k, v, alpha = inputs
+    probs = EntmaxFunction.apply(q @ k.transpose(-1, -2) + graph_to_mask(graph, torch.float64), alpha, 3)
+    score_error = matmul_bound(q, k.transpose(-1, -2), roundoff=FLOAT64_ROUNDOFF)
+    probs_bound = forward_bound(probs, alpha, score_error, roundoff=FLOAT64_ROUNDOFF)
+    output_bound = 2 * matmul_bound(probs, v, probs_bound, roundoff=FLOAT64_ROUNDOFF)
+    assert_within(gathered[0], masked[0], output_bound, "output")
+    for name, ours, theirs in zip(("query", "key", "value", "alpha"), gathered[1:], masked[1:], strict=True):
+        # Gradients of size ~1 through a few products of 8–40 terms: 1e-12 is ~10^3 float64 roundings of margin.
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12, msg=f"gradient to the {name}")
+
+
+def test_restricted_attention_gathers_only_where_it_pays():
+    """`native_restricted_attention` takes graphs that keep at most `RESTRICTED_MAX_DENSITY` of the pairs (the rule
+    docs/sparsefinder.md gives), and otherwise returns None for the caller's masked path, having only counted them."""
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(1, 2, length, 8, generator=generator) for length in (4, 20, 20))
+    pairs = int(cpu.RESTRICTED_MAX_DENSITY * 4 * 20)  # per head
+    sparse = torch.zeros(1, 2, 4 * 20, dtype=torch.bool)
+    sparse[..., :pairs] = True  # as dense as the rule takes
+    sparse = sparse[..., torch.randperm(4 * 20, generator=generator)].view(1, 2, 4, 20)
+    dense = sparse.clone()
+    dense[0, 0][~dense[0, 0]] = True
+    output = cpu.native_restricted_attention(query, key, value, 1.5, sparse)
+    expected = cpu.native_entmax_attention(query, key, value, 1.5, graph_to_mask(sparse, torch.float32))[0]
+    torch.testing.assert_close(output, expected)
+    assert cpu.native_restricted_attention(query, key, value, 1.5, dense) is None
+    assert cpu.native_restricted_attention(query.double(), key, value, 1.5, sparse) is None  # mixed dtypes
+    offsets, columns = cpu.graph_rows(dense, max_pairs=2 * pairs)
+    assert columns is None and offsets[-1] == 2 * pairs + 4 * 20 - pairs
+
+
+def test_restricted_attention_names_bad_graphs():
+    query = key = value = torch.randn(1, 1, 3, 4)
+    offsets, columns = cpu.graph_rows(torch.ones(1, 1, 3, 3, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match=r"columns must be key positions in \[0, 2\)"):
+        torch.ops.hf_entmax.restricted_attention_forward(
+            query, key[..., :2, :], value[..., :2, :], torch.tensor(1.5), offsets, columns
+        )
+    with pytest.raises(
+        RuntimeError, match="offsets must be a contiguous int64 CPU tensor of batch × heads × query_len"
+    ):
+        torch.ops.hf_entmax.restricted_attention_forward(query, key, value, torch.tensor(1.5), offsets[:-1], columns)

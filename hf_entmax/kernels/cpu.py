@@ -264,11 +264,106 @@ def native_entmax_attention(
     return output, weights
 
 
+# Gathering the graph's pairs pays for graphs that keep at most this share of the pairs (docs/sparsefinder.md,
+# "Restricted attention", from benchmarks/bench_sparsefinder_speed.py): then it is faster than masking the other pairs
+# at every length measured, from 16 keys (and one-query decoding steps) to 2048; at 0.5 it is about even, above it
+# the fused kernel over all pairs wins, since its products run at the speed of dense matrix products.
+RESTRICTED_MAX_DENSITY = 0.5
+
+
+def graph_rows(graph: torch.Tensor, max_pairs: int = -1) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A bool graph ``(..., Lk)`` as compressed rows ``(offsets, columns)``: ``offsets`` ``(rows + 1,)`` int64, where
+    each row's entries start in ``columns``, ``(number of true entries,)`` int32, the positions of its true entries in
+    increasing order. With ``max_pairs`` ≥ 0, a graph of more true entries returns after counting them, with
+    ``columns`` None."""
+    return torch.ops.hf_entmax.graph_rows(graph, max_pairs)
+
+
+def rows_mask(
+    offsets: torch.Tensor, columns: torch.Tensor, shape: torch.Size | tuple[int, ...], dtype: torch.dtype
+) -> torch.Tensor:
+    """The additive mask ``shape`` = ``(..., Lk)`` of a graph given as compressed rows (`graph_rows`): 0 on its pairs,
+    −inf elsewhere."""
+    mask = torch.full(shape, float("-inf"), dtype=dtype)
+    rows = torch.repeat_interleave(torch.arange(offsets.numel() - 1), offsets.diff())
+    mask.view(-1, shape[-1])[rows, columns.long()] = 0.0
+    return mask
+
+
+class NativeRestrictedAttentionFunction(torch.autograd.Function):
+    """``output = entmax(query keyᵀ on the graph's pairs) value``: α-entmax attention over the pairs of a graph only,
+    each query's keys gathered (``torch.ops.hf_entmax.restricted_attention_forward``), equal to the fused attention
+    with the pairs outside the graph masked. Only the probabilities of the graph's pairs are kept for the backward,
+    which visits each row's support alone. The inputs are as in `native_restricted_attention`, contiguous, with the
+    graph as compressed rows (`graph_rows`).
+
+    Second-order gradients (a backward with ``create_graph=True``) recompute the attention densely, the pairs outside
+    the graph masked, by operations that autograd differentiates (`_differentiable_attention_backward`)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, alpha, offsets, columns):
+        output, probs = torch.ops.hf_entmax.restricted_attention_forward(query, key, value, alpha, offsets, columns)
+        ctx.save_for_backward(query, key, value, alpha, offsets, columns, probs)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        query, key, value, alpha, offsets, columns, probs = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: a backward that autograd can differentiate
+            scores_shape = (*query.shape[:-1], key.shape[-2])
+            mask = rows_mask(offsets, columns, scores_shape, query.dtype)
+            grads = _differentiable_attention_backward(
+                (query, key, value, alpha), mask, None, 1.0, grad_output, None, ctx.needs_input_grad
+            )
+            return *grads, None, None
+        grad_query, grad_key, grad_value, grad_alpha = torch.ops.hf_entmax.restricted_attention_backward(
+            grad_output.contiguous(), query, key, value, alpha, offsets, columns, probs, ctx.needs_input_grad[3]
+        )
+        return grad_query, grad_key, grad_value, grad_alpha, None, None
+
+
+def native_restricted_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, alpha: torch.Tensor | float, graph: torch.Tensor
+) -> torch.Tensor | None:
+    """α-entmax attention over the pairs of ``graph`` only, gathered, by the native kernel; or ``None`` where the
+    kernel does not apply (`dispatch.attention_route`) or gathering does not pay (a graph that keeps more than
+    `RESTRICTED_MAX_DENSITY` of the pairs). The caller then masks the pairs outside the graph and runs the full
+    attention, which gives the same output up to rounding.
+
+    Args:
+        query: ``(batch, heads, query_len, head_dim)``, already scaled.
+        key, value: ``(batch, heads, key_len, head_dim)``, in the query's dtype (float32 or float64).
+        alpha: α ∈ [1, 2], a float or a tensor that broadcasts to ``(batch, heads, query_len, 1)``.
+        graph: ``(batch, heads, query_len, key_len)`` bool: the pairs attended over. A query without pairs gets
+            zeros, as a fully masked query of the full attention.
+
+    Returns:
+        ``output = probs @ value``, ``(batch, heads, query_len, head_dim)``, where ``probs`` is α-entmax over each
+        query's pairs and 0 elsewhere; gradients flow to the query, key, value and a tensor α. No dropout.
+    """
+    if not attention_route(query, key, value, None).native:
+        return None
+    offsets, columns = graph_rows(graph, int(RESTRICTED_MAX_DENSITY * graph.numel()))
+    if columns is None:
+        return None
+    if not isinstance(alpha, torch.Tensor):
+        alpha = torch.tensor(alpha, dtype=query.dtype)
+    query, key, value = (tensor.contiguous() for tensor in (query, key, value))
+    if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in (query, key, value, alpha)):
+        return NativeRestrictedAttentionFunction.apply(query, key, value, alpha, offsets, columns)
+    return torch.ops.hf_entmax.restricted_attention_forward(query, key, value, alpha, offsets, columns)[0]
+
+
 __all__ = [
+    "RESTRICTED_MAX_DENSITY",
     "NativeEntmaxAttentionFunction",
     "NativeEntmaxFunction",
+    "NativeRestrictedAttentionFunction",
     "draw_keep_mask",
+    "graph_rows",
     "kernel_available",
     "native_entmax",
     "native_entmax_attention",
+    "native_restricted_attention",
+    "rows_mask",
 ]
