@@ -864,3 +864,49 @@ def test_restricted_attention_names_bad_graphs():
         RuntimeError, match="offsets must be a contiguous int64 CPU tensor of batch × heads × query_len"
     ):
         torch.ops.hf_entmax.restricted_attention_forward(query, key, value, torch.tensor(1.5), offsets[:-1], columns)
+
+
+def test_model_attends_over_gathered_pairs_where_it_pays_and_masks_elsewhere(monkeypatch):
+    """Through the model (float64): a window graph with fallback rows (padding queries, whose window holds no real
+    key) runs gathered, and its logits are the masked path's to 1000 ε of their size (as in
+    test_model_outputs_are_the_same_with_and_without_the_kernel), and so is cached beam search; wanted weights and
+    attention dropout in training take the masked path, which forms the weights."""
+    from hf_entmax.modeling import sparsefinder_attention
+
+    gathered_calls = []
+    original = sparsefinder_attention.native_restricted_attention
+
+    def counted(*args):
+        output = original(*args)
+        if output is not None:
+            gathered_calls.append(1)
+        return output
+
+    monkeypatch.setattr(sparsefinder_attention, "native_restricted_attention", counted)
+    model = tiny_model(attention_dropout=0.1, dropout=0.0).double().eval()
+    input_ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 1], [9, 10, 1, 0, 0, 0, 0, 0]])
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": (input_ids != 0).long(),
+        "decoder_input_ids": torch.tensor([[0, 11, 12, 13, 14], [0, 13, 14, 15, 16]]),
+    }
+    model.set_predicted_sparsity("window:size=1")
+    with torch.no_grad():
+        gathered = model(**batch)
+        assert len(gathered_calls) == 4  # encoder and decoder self-attention; the window has no cross-attention
+        assert gathered.encoder_attentions is None
+        with_weights = model(**batch, output_attentions=True)
+        assert len(gathered_calls) == 4 and all(weights is not None for weights in with_weights.encoder_attentions)
+        monkeypatch.setattr(sparsefinder_attention, "native_restricted_attention", None)
+        masked = model(**batch)
+    bound = 1000 * FLOAT64_ROUNDOFF * masked.logits.abs().max()
+    assert_within(gathered.logits, masked.logits, torch.full_like(masked.logits, bound.item()), "logits")
+    torch.testing.assert_close(with_weights.logits, masked.logits, rtol=0, atol=0)
+    generation = {"input_ids": input_ids, "attention_mask": batch["attention_mask"], "max_length": 8, "num_beams": 2}
+    masked_tokens = model.generate(**generation)
+    monkeypatch.setattr(sparsefinder_attention, "native_restricted_attention", counted)
+    gathered_calls.clear()
+    assert torch.equal(model.generate(**generation), masked_tokens) and gathered_calls  # cached decoding gathers too
+    gathered_calls.clear()
+    model.train()(**batch, labels=batch["decoder_input_ids"]).loss.backward()
+    assert not gathered_calls  # attention dropout 0.1: masked

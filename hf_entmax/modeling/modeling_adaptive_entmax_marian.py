@@ -94,12 +94,15 @@ def entmax_attention_forward(
         ``(output, weights)``: ``output`` is ``(batch, query_len, heads, head_dim)`` and contiguous; ``weights`` is
         ``(batch, heads, query_len, key_len)``: the probabilities, with exact zeros, or in training with dropout the
         weights that multiplied the values (dropped entries 0, the others divided by ``1 − dropout``), which is
-        what Marian's eager attention returns. ``None`` from the Triton kernel, which never forms them.
+        what Marian's eager attention returns. ``None`` from the Triton kernel and from Sparsefinder's gathered
+        attention, which never form them.
 
     With hf_entmax installed, float32/float64 CPU attention runs fused in its native kernel
     (``native_entmax_attention``, dropout included), equal to the composed operations below up to float32 rounding
     (its dropout mask is drawn differently, from the same generator); and with ``HF_ENTMAX_TRITON=1``, CUDA attention
-    without dropout whose weights are not wanted runs in the Triton kernel (``triton_entmax_attention``).
+    without dropout whose weights are not wanted runs in the Triton kernel (``triton_entmax_attention``). With a
+    Sparsefinder graph (``module.predicted_sparsity``), attention runs over the graph's pairs only: gathered where
+    hf_entmax's kernel does it and it pays (``PredictedSparsity.attend``), else with the other pairs masked.
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
@@ -121,17 +124,22 @@ def entmax_attention_forward(
     query_scale = module.query_scale(mask, key.shape[-2], compute_dtype)  # None, or (B or 1, H, Lq or 1, 1)
     if query_scale is not None:
         scaling = scaling * query_scale
+    config = getattr(module, "config", None)
+    weights_wanted = bool(kwargs.get("output_attentions", getattr(config, "output_attentions", False)))
     predicted_sparsity = getattr(module, "predicted_sparsity", None)  # any module with alpha() may call this
     if predicted_sparsity is not None:
-        # Sparsefinder: only the predicted pairs stay unmasked (after query_scale, which counts the allowed keys).
-        mask = predicted_sparsity.restrict(query, key, mask, compute_dtype)
+        # Sparsefinder, after query_scale (which counts the allowed keys): attention over the predicted pairs only,
+        # gathered by hf_entmax's kernel where that pays (it forms no weights: None), else with the others masked.
+        gathered, mask = predicted_sparsity.attend(
+            query, scaling, key, value, alpha, mask, compute_dtype, dropout, weights_wanted
+        )
+        if gathered is not None:
+            return gathered.transpose(1, 2).contiguous(), None  # (B, Lq, H, D)
 
     fused = None  # each kernel returns None where it does not apply, and says why (hf_entmax.kernels.describe())
     if native_entmax_attention is not None and query.device.type == "cpu":
         fused = native_entmax_attention(query * scaling, key, value, alpha, mask, dropout)
     elif triton_entmax_attention is not None:
-        config = getattr(module, "config", None)
-        weights_wanted = bool(kwargs.get("output_attentions", getattr(config, "output_attentions", False)))
         # A half-precision query stays in its dtype (ASEntmax's factor is float32), as the kernel takes q, k, v alike.
         scaled = (query * scaling).to(query.dtype)
         fused = triton_entmax_attention(scaled, key, value, alpha, mask, dropout, weights_wanted)
