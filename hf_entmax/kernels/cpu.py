@@ -265,9 +265,9 @@ def native_entmax_attention(
 
 
 # Gathering the graph's pairs pays for graphs that keep at most this share of the pairs (docs/sparsefinder.md,
-# "Restricted attention", from benchmarks/bench_sparsefinder_speed.py): then it is faster than masking the other pairs
-# at every length measured, from 16 keys (and one-query decoding steps) to 2048; at 0.5 it is about even, above it
-# the fused kernel over all pairs wins, since its products run at the speed of dense matrix products.
+# "Restricted attention"; benchmarks/bench_sparsefinder_speed.py): then it is faster than masking the other pairs at
+# every length measured (128–2048 keys; at 0.5 about even), while denser graphs favour the fused kernel over all pairs,
+# whose products run at the speed of dense matrix products.
 RESTRICTED_MAX_DENSITY = 0.5
 
 
