@@ -8,7 +8,8 @@ Each task maps a string of random symbols to a string: `copy` (itself), `reverse
 in ascending order). A small `AdaptiveEntmaxMarianMTModel` (d_model 64, 2+2 layers, 4 heads, FFN 256, no dropout by
 default) is trained from scratch on strings of 1 to ``--train_length`` symbols, then tested with greedy decoding on
 strings of exactly ``multiple × --train_length`` symbols: a test string counts only if the whole output (and its
-`</s>`) is right (exact match). The variants differ only in the attention:
+`</s>`) is right (exact match); the share of answer symbols right, position by position, shows how far into a long
+string a model stays right. The variants differ only in the attention:
 
 - `softmax`: α = 1, fixed;
 - `entmax15`: α = 1.5, fixed;
@@ -208,8 +209,12 @@ def test_count(length: int, arguments: argparse.Namespace) -> int:
 
 
 @torch.inference_mode()
-def exact_match(model: AdaptiveEntmaxMarianMTModel, task: str, length: int, arguments: argparse.Namespace) -> float:
-    """The share of test strings of ``length`` symbols whose greedy output is exactly the answer and its `</s>`.
+def test_accuracy(
+    model: AdaptiveEntmaxMarianMTModel, task: str, length: int, arguments: argparse.Namespace
+) -> tuple[float, float]:
+    """``(exact match, symbol accuracy)`` of greedy decoding on test strings of ``length`` symbols: the share of
+    strings whose output is exactly the answer and its `</s>`, and the share of the answers' ``length + 1`` positions
+    (`</s>` included) that the output gets right, position by position.
 
     The test strings depend only on ``length`` and ``--test_seed``: every variant and seed gets the same ones.
     """
@@ -225,7 +230,7 @@ def exact_match(model: AdaptiveEntmaxMarianMTModel, task: str, length: int, argu
         eos_token_id=EOS,
         pad_token_id=PAD,
     )
-    correct = 0
+    correct, right_symbols = 0, 0
     for start in range(0, count, batch_size):
         batch = make_batch(task, [length] * min(batch_size, count - start), arguments.symbols, data)
         batch = {name: tensor.to(model.device) for name, tensor in batch.items()}
@@ -234,8 +239,10 @@ def exact_match(model: AdaptiveEntmaxMarianMTModel, task: str, length: int, argu
         )[:, 1:]  # (batch, ≤ length + 1), without the decoder start
         answer = torch.full_like(batch["labels"], PAD)
         answer[:, : output.shape[1]] = output
-        correct += (answer == batch["labels"]).all(dim=1).sum().item()
-    return correct / count
+        right = answer == batch["labels"]  # (batch, length + 1)
+        correct += right.all(dim=1).sum().item()
+        right_symbols += right.sum().item()
+    return correct / count, right_symbols / (count * (length + 1))
 
 
 def learned_attention(model: AdaptiveEntmaxMarianMTModel) -> dict:
@@ -282,17 +289,19 @@ def run_one(task: str, positions: str, variant: str, seed: int, arguments: argpa
     started = time.perf_counter()
     final_loss = train(model, task, positions, arguments, seed, log)
     trained = time.perf_counter()
-    accuracy = {}
+    accuracy, symbol_accuracy = {}, {}
     for multiple in arguments.test_multiples:
         length = multiple * arguments.train_length
-        accuracy[str(multiple)] = exact_match(model, task, length, arguments)
+        accuracy[str(multiple)], symbol_accuracy[str(multiple)] = test_accuracy(model, task, length, arguments)
         log(
-            f"  {multiple}× ({length} symbols, {test_count(length, arguments)} strings): {accuracy[str(multiple)]:.3f}"
+            f"  {multiple}× ({length} symbols, {test_count(length, arguments)} strings): exact match "
+            f"{accuracy[str(multiple)]:.3f}, symbols {symbol_accuracy[str(multiple)]:.3f}"
         )
     result = {
         "settings": settings,
         "final training loss": final_loss,
         "exact match": accuracy,
+        "symbol accuracy": symbol_accuracy,
         "learned": learned_attention(model),
         "training seconds": round(trained - started, 1),
         "test seconds": round(time.perf_counter() - trained, 1),
@@ -302,8 +311,16 @@ def run_one(task: str, positions: str, variant: str, seed: int, arguments: argpa
     return result
 
 
+def percentages(runs: list[dict], multiple: str) -> str:
+    """A table cell: exact match and, where the runs measured it, symbol accuracy in %, mean over the runs."""
+    cell = f"{100 * statistics.mean(run['exact match'][multiple] for run in runs):.1f}"
+    if all("symbol accuracy" in run for run in runs):  # runs from before 2026-12-01 have exact match only
+        cell += f" ({100 * statistics.mean(run['symbol accuracy'][multiple] for run in runs):.1f})"
+    return cell
+
+
 def table(results: dict, arguments: argparse.Namespace) -> str:
-    """Exact match in % per (task, positions, variant) and test length, mean over seeds."""
+    """Exact match (and symbol accuracy) in % per (task, positions, variant) and test length, mean over seeds."""
     multiples = arguments.test_multiples
     header = " | ".join(f"{multiple}× ({multiple * arguments.train_length})" for multiple in multiples)
     counts = " | ".join(str(test_count(multiple * arguments.train_length, arguments)) for multiple in multiples)
@@ -314,13 +331,12 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
     ]
     for (task, positions, variant), runs in results.items():
         loss = statistics.mean(run["final training loss"] for run in runs)
-        cells = " | ".join(
-            f"{100 * statistics.mean(run['exact match'][str(multiple)] for run in runs):.1f}" for multiple in multiples
-        )
+        cells = " | ".join(percentages(runs, str(multiple)) for multiple in multiples)
         lines.append(f"| {task} | {positions} | {variant} | {loss:.3f} | {cells} |")
     lines += [
         "",
-        f"Exact-match accuracy (%) of greedy decoding, mean over seeds {' '.join(map(str, arguments.seeds))}; "
+        f"Exact-match accuracy (%) of greedy decoding, and in parentheses the share of answer symbols right (%, "
+        f"position by position), mean over seeds {' '.join(map(str, arguments.seeds))}; "
         f"trained on 1–{arguments.train_length} symbols ({arguments.symbols} distinct), {arguments.steps} steps "
         f"× batch {arguments.batch_size}; d_model {arguments.d_model}, {arguments.layers}+{arguments.layers} layers, "
         f"{arguments.heads} heads, dropout {arguments.dropout}. Positions: `plain` = Marian's sinusoidal positions "
