@@ -43,6 +43,7 @@ from bench_speed import (
     model_batch,
     training_step,
 )
+from runs import add_threads_option, use_threads
 from tables import write_tables
 
 from hf_entmax.kernels.cpu import kernel_available
@@ -148,14 +149,9 @@ def main() -> None:
     parser.add_argument(
         "--markdown", nargs="+", type=Path, help="Also put the table into these Markdown files (table:compile)."
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        help="torch's CPU threads (default: torch's own); 1 gives steadier ratios on a busy machine.",
-    )
+    add_threads_option(parser)
     arguments = parser.parse_args()
-    if arguments.threads is not None:
-        torch.set_num_threads(arguments.threads)
+    use_threads(arguments)
 
     report = Report(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "

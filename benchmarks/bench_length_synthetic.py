@@ -57,7 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from runs import benchmark_log
+from runs import add_threads_option, benchmark_log, use_threads
 from tables import write_tables
 from torch import nn
 from transformers import GenerationConfig, get_inverse_sqrt_schedule
@@ -368,7 +368,7 @@ def main() -> None:
     parser.add_argument("--test_seed", type=int, default=1234)
     parser.add_argument("--eval_tokens", type=int, default=32768, help="source symbols per generate call")
     parser.add_argument("--log_every", type=int, default=500)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    add_threads_option(parser)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (training and test)")
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     arguments = parser.parse_args()
@@ -377,8 +377,7 @@ def main() -> None:
             parser.error(f"--{name} must be a positive integer, got {getattr(arguments, name)}")
     if min(arguments.test_multiples) < 1:
         parser.error(f"--test_multiples must be positive integers, got {arguments.test_multiples}")
-    if arguments.threads:
-        torch.set_num_threads(arguments.threads)
+    use_threads(arguments)
     try:
         arguments.device = torch.device(arguments.device)
         torch.empty(0, device=arguments.device)

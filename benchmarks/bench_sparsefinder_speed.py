@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 from bench_speed import Report, median_seconds
+from runs import add_threads_option, use_threads
 from tables import write_tables
 from torch.nn.functional import scaled_dot_product_attention
 
@@ -198,14 +199,9 @@ def main() -> None:
         type=Path,
         help="Also put the table into these Markdown files (between their table:sparsefinder-speed markers).",
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        help="torch's CPU threads (default: torch's own); 1 gives steadier ratios on a busy machine.",
-    )
+    add_threads_option(parser)
     arguments = parser.parse_args()
-    if arguments.threads is not None:
-        torch.set_num_threads(arguments.threads)
+    use_threads(arguments)
     if not cpu.kernel_available():
         sys.exit("bench_sparsefinder_speed.py measures the native kernel, which could not be built here")
 

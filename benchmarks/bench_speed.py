@@ -36,6 +36,7 @@ from pathlib import Path
 
 import entmax as entmax_reference
 import torch
+from runs import add_threads_option, use_threads
 from tables import write_tables
 from tokenizers import Tokenizer, models
 from torch.nn.functional import scaled_dot_product_attention
@@ -337,15 +338,10 @@ def main() -> None:
         type=Path,
         help="Also put the tables into these Markdown files (between their table:speed-SECTION markers).",
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        help="torch's CPU threads (default: torch's own); 1 gives steadier ratios on a busy machine.",
-    )
+    add_threads_option(parser)
     arguments = parser.parse_args()
     shapes = [tuple(int(size) for size in text.split(",")) for text in arguments.shapes]
-    if arguments.threads is not None:
-        torch.set_num_threads(arguments.threads)
+    use_threads(arguments)
 
     report = Report(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "

@@ -1,6 +1,7 @@
-"""What the quality benchmarks share: running an `hf-entmax` command line with its output logged, and reading what a
-run reached from its `training_summary.json`."""
+"""What the benchmarks share: running an `hf-entmax` command line with its output logged, reading what a run reached
+from its `training_summary.json`, the log of a benchmark, and the `--threads` option."""
 
+import argparse
 import json
 import shlex
 import subprocess
@@ -9,8 +10,31 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
+
 
 MULTI30K_TEST = "test_2016_flickr"
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    """``--threads N``: torch's CPU threads; `use_threads` applies it once the arguments are parsed."""
+
+    def positive(text: str) -> int:
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"a positive number of threads, got {text!r}")
+        return int(text)
+
+    parser.add_argument(
+        "--threads",
+        type=positive,
+        help="torch's CPU threads (default: torch's own); 1 gives steadier ratios on a busy machine.",
+    )
+
+
+def use_threads(arguments: argparse.Namespace) -> None:
+    """Set torch's CPU threads to ``--threads``, where it was given."""
+    if arguments.threads is not None:
+        torch.set_num_threads(arguments.threads)
 
 
 @contextmanager
