@@ -329,14 +329,17 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
         f"| --- | --- | --- | ---: | {' | '.join('---:' for _ in multiples)} |",
         f"| *test strings* | | | | {counts} |",
     ]
+    with_symbols = all("symbol accuracy" in run for runs in results.values() for run in runs)
+    symbols_note = ", and in parentheses the share of answer symbols right (%, position by position)"
+    symbols_note = symbols_note if with_symbols else ""
     for (task, positions, variant), runs in results.items():
         loss = statistics.mean(run["final training loss"] for run in runs)
         cells = " | ".join(percentages(runs, str(multiple)) for multiple in multiples)
         lines.append(f"| {task} | {positions} | {variant} | {loss:.3f} | {cells} |")
     lines += [
         "",
-        f"Exact-match accuracy (%) of greedy decoding, and in parentheses the share of answer symbols right (%, "
-        f"position by position), mean over seeds {' '.join(map(str, arguments.seeds))}; "
+        f"Exact-match accuracy (%) of greedy decoding{symbols_note}, mean over seeds "
+        f"{' '.join(map(str, arguments.seeds))}; "
         f"trained on 1–{arguments.train_length} symbols ({arguments.symbols} distinct), {arguments.steps} steps "
         f"× batch {arguments.batch_size}; d_model {arguments.d_model}, {arguments.layers}+{arguments.layers} layers, "
         f"{arguments.heads} heads, dropout {arguments.dropout}. Positions: `plain` = Marian's sinusoidal positions "
