@@ -24,16 +24,6 @@ from hf_entmax.sparsefinder import AttentionBatch, AttentionSample, evaluate_poi
 from hf_entmax.sparsefinder.train import TrainingSettings, train_layer
 
 
-@pytest.fixture
-def batch():
-    input_ids = torch.tensor([[5, 6, 7, 8, 9, 1], [10, 11, 12, 1, 0, 0]])
-    return {
-        "input_ids": input_ids,
-        "attention_mask": (input_ids != 0).long(),
-        "decoder_input_ids": torch.tensor([[0, 5, 6, 7], [0, 8, 9, 10]]),
-    }
-
-
 def test_operating_points_read_and_write_their_spec_and_refuse_bad_ones():
     point = OperatingPoint.parse("distance:threshold=1.5,window=2")
     assert point == OperatingPoint("distance", 1.5, 2)
