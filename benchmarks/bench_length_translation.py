@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 from bench_quality import VARIANTS as QUALITY_VARIANTS
 from bench_quality import mean_and_spread
-from runs import MULTI30K_TEST, benchmark_log, run
+from runs import MULTI30K_TEST, benchmark_log, joined_lines, run
 from tables import write_tables
 
 from hf_entmax import AdaptiveEntmaxMarianConfig
@@ -117,11 +117,11 @@ def joined_inputs(arguments: argparse.Namespace) -> tuple[int, dict[int, dict]]:
     folder.mkdir(parents=True, exist_ok=True)
     inputs = {}
     for k in arguments.joins:
-        groups = range(0, len(sources) - k + 1, k)
         files = {"source": folder / f"k{k}.{arguments.source}", "reference": folder / f"k{k}.{arguments.target}"}
         for name, lines in (("source", sources), ("reference", references)):
-            files[name].write_text("".join(" ".join(lines[start : start + k]) + "\n" for start in groups), "utf-8")
-        inputs[k] = {**files, "lines": len(groups)}
+            joined = joined_lines(lines, k)
+            files[name].write_text("".join(line + "\n" for line in joined), "utf-8")
+        inputs[k] = {**files, "lines": len(joined)}
     return len(sources), inputs
 
 

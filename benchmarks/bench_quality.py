@@ -7,6 +7,10 @@ Each run is the command line a user types: `hf-entmax train` with the `small` pr
 flags that define the variant (and the seed); validation (`val`) and test (`test_2016_flickr`) are scored at the end.
 Runs already finished in --output_dir are read, not repeated, so the benchmark can be extended seed by seed.
 
+`--join K` trains and evaluates on a corpus of longer inputs made from the same data: every K consecutive sentences
+of each split joined into one line (sources and targets alike; a last incomplete group is left out), written to
+--output_dir/data/join<K>. Give `--batch_size` ÷ K to keep the tokens per step, and so the cost, of the plain runs.
+
 Variants: `softmax` (α = 1 fixed), `entmax15` (α = 1.5 fixed), `adaptive` (learned α per head, the defaults), and any
 `--variant NAME="FLAGS"` added for an experiment (e.g. `--variant adaptive-a1.1="--alpha_init 1.1"`). Choose among
 variants on validation BLEU; the test columns confirm.
@@ -19,7 +23,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from runs import multi30k_flags, run, scores
+from runs import joined_multi30k, multi30k_flags, run, scores
 from tables import write_tables
 
 
@@ -49,6 +53,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--max_steps", type=int, default=1200)
     parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--join", type=int, default=1, help="sentences joined into one input line (1: the corpus)")
     parser.add_argument("--extra", default="", help="flags added to every run (e.g. for a quick check of the script)")
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     parser.add_argument("--table", default="quality", help="the name of the table's markers in the --markdown files")
@@ -62,26 +67,35 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown variants {unknown}: define them with --variant NAME=FLAGS")
 
+    if arguments.join < 1:
+        sys.exit(f"--join must be 1 or more sentences per line, got {arguments.join}")
     out = Path(arguments.output_dir)
+    data_dir = Path(arguments.data_dir)
     results = {}
     for direction in arguments.directions:
         source, target = direction.split("-")
-        data = multi30k_flags(Path(arguments.data_dir), source, target)
+        corpus = direction
+        if arguments.join > 1:
+            data_dir = joined_multi30k(
+                Path(arguments.data_dir), arguments.join, [source, target], out / "data" / f"join{arguments.join}"
+            )
+            corpus = f"{direction}-join{arguments.join}"
+        data = multi30k_flags(data_dir, source, target)
         for name in arguments.variants:
             for seed in arguments.seeds:
-                folder = out / f"{arguments.max_steps}-steps" / direction / name / f"seed{seed}"
+                folder = out / f"{arguments.max_steps}-steps" / corpus / name / f"seed{seed}"
                 if not (folder / "training_summary.json").exists():
                     command = ["hf-entmax", "train", *data["pair"], *data["train"], *data["evaluation"]]
                     command += ["--max_steps", str(arguments.max_steps), "--per_device_train_batch_size"]
                     command += [str(arguments.batch_size), "--seed", str(seed), "--save_strategy", "no"]
                     command += ["--report_to", "none", "--disable_tqdm", "True", "--output_dir", str(folder)]
                     run([*command, *variants[name], *shlex.split(arguments.extra)], out / "commands.log")
-                results.setdefault((direction, name), []).append(scores(folder))
+                results.setdefault((corpus, name), []).append(scores(folder))
 
     lines = [
-        "| direction | attention | flags | seeds | validation BLEU | test BLEU | test chrF | mean α (enc, dec, cross) "
-        "| heads with α ≥ 1.5 |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| direction | attention | flags | seeds | validation BLEU | test BLEU | test chrF | train loss "
+        "| mean α (enc, dec, cross) | heads with α ≥ 1.5 |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for (direction, name), runs in results.items():
         alphas = ", ".join(f"{statistics.mean(run['mean α'][kind] for run in runs):.2f}" for kind in runs[0]["mean α"])
@@ -90,13 +104,15 @@ def main() -> None:
             f"| {direction} | {name} | `{shlex.join(variants[name]) or '(defaults)'}` | {len(runs)} "
             f"| {mean_and_spread([run['validation BLEU'] for run in runs])} "
             f"| {mean_and_spread([run['test BLEU'] for run in runs])} "
-            f"| {mean_and_spread([run['test chrF'] for run in runs])} | {alphas} | {sparse:.1f}/{runs[0]['heads']} |"
+            f"| {mean_and_spread([run['test chrF'] for run in runs])} "
+            f"| {mean_and_spread([run['train loss'] for run in runs])} | {alphas} | {sparse:.1f}/{runs[0]['heads']} |"
         )
     signature = next(iter(results.values()))[0]["signature"]
     lines += [
         "",
         f"sacreBLEU {signature}; `small` preset, {arguments.max_steps} steps × batch {arguments.batch_size}, "
-        "default recipe; mean ± standard deviation over seeds.",
+        "default recipe; mean ± standard deviation over seeds."
+        + (f" `-join{arguments.join}`: {arguments.join} sentences joined per line." if arguments.join > 1 else ""),
     ]
     table = "\n".join(lines)
     print(table)

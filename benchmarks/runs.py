@@ -77,8 +77,27 @@ def multi30k_flags(data_dir: Path, source: str, target: str) -> dict[str, list[s
     return flags
 
 
+def joined_lines(lines: list[str], k: int) -> list[str]:
+    """Each group of ``k`` consecutive lines joined with a space into one line; a last incomplete group is left out."""
+    return [" ".join(lines[start : start + k]) for start in range(0, len(lines) - k + 1, k)]
+
+
+def joined_multi30k(data_dir: Path, k: int, languages: list[str], folder: Path) -> Path:
+    """A copy of Multi30k's train, validation and test files in ``folder`` (for ``languages``) with every ``k``
+    consecutive sentences joined into one line: a corpus of inputs ``k`` times as long. Returns ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("train", "val", MULTI30K_TEST):
+        for language in languages:
+            lines = (data_dir / f"{name}.{language}").read_text(encoding="utf-8").splitlines()
+            target = folder / f"{name}.{language}"
+            text = "".join(line + "\n" for line in joined_lines(lines, k))
+            if not target.exists() or target.read_text(encoding="utf-8") != text:
+                target.write_text(text, encoding="utf-8")
+    return folder
+
+
 def scores(folder: Path) -> dict:
-    """Validation and test BLEU/chrF, the recipe, and α of a finished run."""
+    """Validation and test BLEU/chrF, the mean training loss, the recipe, and α of a finished run."""
     summary = json.loads((folder / "training_summary.json").read_text())
     metrics = summary["metrics"]
     alphas = [alpha for rows in summary["alphas"].values() for row in rows for alpha in row]
@@ -88,6 +107,7 @@ def scores(folder: Path) -> dict:
         "validation chrF": metrics.get("eval_chrf"),
         "test BLEU": metrics.get("test_bleu"),
         "test chrF": metrics.get("test_chrf"),
+        "train loss": metrics.get("train_loss"),
         "signature": summary["sacrebleu_signatures"]["bleu_signature"],
         "recipe": summary["recipe"],
         "mean α": mean_alpha,
