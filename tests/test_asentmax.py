@@ -19,7 +19,10 @@ from hf_entmax.modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMar
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"attention_scaling": "asentmx"}, "`attention_scaling` must be one of 'none', 'asentmax' or None"),
+        (
+            {"attention_scaling": "asentmx"},
+            "`attention_scaling` must be one of 'none', 'asentmax', 'softmax_matched' or None",
+        ),
         ({"cross_attention_scaling": "temperature"}, "`cross_attention_scaling` must be one of"),
         ({"cross_attention_scaling": 1}, "cross_attention_scaling"),
         ({"attention_scaling_offset": float("nan")}, "`attention_scaling_offset` must be a finite number >= 0"),
@@ -144,6 +147,7 @@ class ScaledHeads:
     gradcheck can vary them."""
 
     query_scale = AdaptiveEntmaxMarianAttention.query_scale
+    scaling_method = "asentmax"
 
     def __init__(self, beta: torch.Tensor, gamma: torch.Tensor, alpha: torch.Tensor):
         self.scale_beta, self.scale_gamma, self.alpha_value = beta, gamma, alpha

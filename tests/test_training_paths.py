@@ -286,16 +286,16 @@ def test_attention_dropout_overrides_dropout_for_the_attention_probabilities(ada
 def test_a_fresh_run_with_attention_scaling_learns_and_records_the_scales(tmp_path, files, capsys):
     output = tmp_path / "scaled"
     argv = ["train", "--train_file", files["train"], *PAIR, *QUICK, "--model_size", "tiny"]
-    argv += ["--attention_scaling", "asentmax", "--cross_attention_scaling", "none", "--warmup_steps", "0"]
+    argv += ["--attention_scaling", "asentmax", "--cross_attention_scaling", "softmax_matched", "--warmup_steps", "0"]
     argv += ["--logging_steps", "1"]
     assert main([*argv, "--output_dir", str(output)]) == 0
     printed = capsys.readouterr().out
     assert "Query scaling per attention type:" in printed
     assert "encoder self-attention: queries scaled by δ + β·log(n + 1)^γ per head (ASEntmax, new; given)" in printed
-    assert "cross-attention:        queries scaled" not in printed
+    assert "cross-attention:        queries scaled by n^(1 − α) for n keys (softmax_matched, given)" in printed
 
     config = json.loads((output / "config.json").read_text())
-    assert (config["attention_scaling"], config["cross_attention_scaling"]) == ("asentmax", "none")
+    assert (config["attention_scaling"], config["cross_attention_scaling"]) == ("asentmax", "softmax_matched")
     summary = json.loads((output / "training_summary.json").read_text())
     assert set(summary["attention_scales"]) == {"encoder_self", "decoder_self"}
     trained = AdaptiveEntmaxMarianMTModel.from_pretrained(output).get_attention_scales()
@@ -308,7 +308,10 @@ def test_a_fresh_run_with_attention_scaling_learns_and_records_the_scales(tmp_pa
         torch.tensor(last_gamma["decoder_self"]), trained["decoder_self"]["gamma"], rtol=0, atol=1e-5
     )
     card = (output / "README.md").read_text()
-    assert "### Query scaling (ASEntmax)" in card and "**Decoder self-attention**: a query that may attend" in card
+    assert "### Query scaling" in card and "**Decoder self-attention**: a query that may attend" in card
+    assert (
+        "**Cross-attention** (softmax_matched): a query that may attend to n tokens is multiplied by n^(1 − α)" in card
+    )
 
 
 def test_scaling_turned_on_for_a_checkpoint_starts_new_parameters_and_keeps_the_weights(

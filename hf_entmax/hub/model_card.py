@@ -413,8 +413,14 @@ def _per_head_table(values, decimals: int) -> list[str]:
 
 
 def scaling_tables(model: AdaptiveEntmaxMarianMTModel) -> str | None:
-    """β and γ of ASEntmax per attention type that scales its queries (a row per layer); None without scaling."""
-    sections = []
+    """How each attention type that scales its queries does it: β and γ of ASEntmax (a row per layer), or the factor
+    of softmax_matched; None without scaling."""
+    sections = [
+        f"**{ATTENTION_TITLES[kind]}** (softmax_matched): a query that may attend to n tokens is multiplied by "
+        "n^(1 − α) of its head, so that every head starts as sharp as softmax whatever its α and the input's length."
+        for kind in ATTENTION_TYPES
+        if model.config.scaling_method(kind) == "softmax_matched"
+    ]
     for kind, scales in model.get_attention_scales().items():
         sections.append(
             "\n".join(

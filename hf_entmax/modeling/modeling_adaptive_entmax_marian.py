@@ -199,7 +199,7 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             self.alpha_logits = nn.Parameter(torch.zeros(num_heads))
         else:
             self.register_parameter("alpha_logits", None)
-        # ASEntmax: a learned temperature per head, δ + β · log(n + 1) ** γ for a query that may attend to n keys.
+        # Query scaling (`query_scale`): ASEntmax's learned temperature per head (β, γ), or softmax_matched's n^(1−α).
         self.scaling_method = config.scaling_method(attention_type)
         self.scale_offset = float(config.attention_scaling_offset)
         if self.scaling_method == "asentmax":
@@ -232,11 +232,17 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         return alpha.clamp(self.alpha_settings.minimum, self.alpha_settings.maximum)
 
     def query_scale(self, mask: torch.Tensor | None, key_len: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """ASEntmax's factor on each query, ``δ + β_h · log(n + 1) ** γ_h``; ``None`` without scaling.
+        """The factor on each query before α-entmax, for a query that may attend to n keys; ``None`` without scaling.
+
+        - ``"asentmax"``: ``δ + β_h · log(n + 1) ** γ_h``, a learned temperature per head.
+        - ``"softmax_matched"``: ``n ** (1 − α_h)``. Near uniform attention, α-entmax over n keys is n^(α−1) times as
+          sharp as softmax on the same scores (its Jacobian there is ``diag(p^(2−α))`` − …, at p = 1/n); the factor
+          undoes that, so that every head starts as sharp as softmax whatever its α and the input's length, and α
+          shapes how weights fall to zero rather than the temperature.
 
         n is the number of keys the query may attend to, read from the mask: the real source tokens in encoder
         self-attention and cross-attention, the causal prefix in decoder self-attention (growing by one per step in
-        cached decoding). ``log(n + 1)`` is positive from n = 1; a fully masked (padding) query counts as n = 1.
+        cached decoding). A fully masked (padding) query counts as n = 1.
 
         Args:
             mask: Additive mask ``(batch, 1, query_len, key_len)`` (0 keeps a key, −inf or the dtype's lowest
@@ -245,17 +251,22 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             dtype: Dtype of the result (that of the attention scores).
 
         Returns:
-            ``(batch or 1, heads, query_len or 1, 1)``, or ``None``.
+            ``(batch or 1, heads or 1, query_len or 1, 1)``, or ``None``.
         """
-        if self.scale_beta is None:
+        if self.scaling_method == "none":
             return None
         if mask is None:
-            visible = torch.full((1, 1, 1, 1), key_len, dtype=dtype, device=self.scale_beta.device)
+            visible = torch.full((1, 1, 1, 1), float(key_len), dtype=dtype, device=self.k_proj.weight.device)
         else:
             visible = (mask > torch.finfo(mask.dtype).min).sum(-1, keepdim=True).to(dtype)  # (B, 1, Lq, 1)
-        log_visible = torch.log1p(visible.clamp(min=1.0))
+        visible = visible.clamp(min=1.0)
+        if self.scaling_method == "softmax_matched":
+            alpha = self.alpha()
+            if isinstance(alpha, torch.Tensor):
+                alpha = alpha.to(dtype).view(1, -1, 1, 1)
+            return visible.pow(1.0 - alpha)
         beta, gamma = (parameter.to(dtype).view(1, -1, 1, 1) for parameter in (self.scale_beta, self.scale_gamma))
-        return self.scale_offset + beta * log_visible.pow(gamma)
+        return self.scale_offset + beta * torch.log1p(visible).pow(gamma)
 
 
 class AdaptiveEntmaxMarianEncoderLayer(MarianEncoderLayer):

@@ -186,9 +186,9 @@ def load_model(
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
     scaled_before = {
-        kind for kind in ATTENTION_TYPES if start.kind != "marian" and start.config.scaling_method(kind) != "none"
+        kind for kind in ATTENTION_TYPES if start.kind != "marian" and start.config.scaling_method(kind) == "asentmax"
     }
-    scaled_now = {kind for kind in ATTENTION_TYPES if config.scaling_method(kind) != "none"}
+    scaled_now = {kind for kind in ATTENTION_TYPES if config.scaling_method(kind) == "asentmax"}
     missing = [
         key
         for key in loading["missing_keys"]
@@ -223,15 +223,24 @@ def _is_scaling_key(key: str, attention_types: set[str]) -> bool:
 
 
 def describe_scaling(model: AdaptiveEntmaxMarianMTModel, start: StartingPoint, given: dict[str, object]) -> list[str]:
-    """One line per attention type whose queries are scaled (ASEntmax), and where the setting comes from; none when
-    no attention type is scaled."""
+    """One line per attention type whose queries are scaled (ASEntmax or softmax_matched), and where the setting comes
+    from; none when no attention type is scaled."""
     scales = model.get_attention_scales()
     lines = []
-    for kind, parameters in scales.items():
+    for kind in ATTENTION_TYPES:
+        method = model.config.scaling_method(kind)
+        if method == "none":
+            continue
         flags = ("attention_scaling", f"{kind}_attention_scaling", "attention_scaling_offset")
         source = "given" if any(name in given for name in flags) else "checkpoint's"
-        scaled_before = start.kind == "adaptive_entmax_marian" and start.config.scaling_method(kind) != "none"
+        if method == "softmax_matched":
+            lines.append(
+                f"{ATTENTION_LABELS[kind] + ':':<24}queries scaled by n^(1 − α) for n keys (softmax_matched, {source})"
+            )
+            continue
+        scaled_before = start.kind == "adaptive_entmax_marian" and start.config.scaling_method(kind) == method
         how = "resumed from the checkpoint" if scaled_before else "new"
+        parameters = scales[kind]
         beta, gamma = parameters["beta"], parameters["gamma"]
         lines.append(
             f"{ATTENTION_LABELS[kind] + ':':<24}queries scaled by δ + β·log(n + 1)^γ per head (ASEntmax, {how}; "
