@@ -255,7 +255,10 @@ def test_alpha_learning_rate_zero_freezes_alpha(tmp_path, files):
             "argument --max_steps/--max-steps: invalid int value: 'abc'; see hf-entmax train --help",
         ),
         (["--learn_alpha", "maybe"], "argument --learn_alpha/--learn-alpha: Truthy value expected"),
-        (["--attention_scaling", "asentmx"], "--attention_scaling must be one of none, asentmax, got 'asentmx'"),
+        (
+            ["--attention_scaling", "asentmx"],
+            "--attention_scaling must be one of none, asentmax, softmax_matched, got 'asentmx'",
+        ),
         (["--attention_scaling_offset", "-1"], "--attention_scaling_offset must be a finite number >= 0, got '-1'"),
     ],
 )

@@ -42,6 +42,10 @@ logger = logging.getLogger(__name__)
 # A MarianMT checkpoint's heads were trained as softmax: they start as learned α-entmax heads close to it.
 MARIAN_START_ALPHA = {"alpha_init": 1.1, "learn_alpha": True}
 FRESH_MODEL_DROPOUT = 0.1  # residual and attention dropout, unless --dropout is given
+# A fresh model's heads are as sharp as softmax at the start whatever their α: without the factor, α-entmax over n
+# keys is n^(α−1) times sharper, and on long inputs a random-α start can keep cross-attention from learning to align
+# (docs/benchmarks.md#quality-at-an-equal-budget). A flag given wins, e.g. `--attention_scaling none`.
+FRESH_MODEL_ATTENTION = {"attention_scaling": "softmax_matched"}
 ATTENTION_LABELS = {kind: title.lower() for kind, title in ATTENTION_TITLES.items()}  # inside a sentence
 
 
@@ -103,7 +107,7 @@ def resolve_attention_options(start: StartingPoint, given: dict[str, object]) ->
             ``alpha_min`` without saying where to start).
     """
     if start.kind == "fresh":
-        return dict(given)
+        return {**FRESH_MODEL_ATTENTION, **given}
     if start.kind == "marian":
         return {**MARIAN_START_ALPHA, **given}
     options = {name: getattr(start.config, name) for name in ATTENTION_OPTION_NAMES}
@@ -232,7 +236,9 @@ def describe_scaling(model: AdaptiveEntmaxMarianMTModel, start: StartingPoint, g
         if method == "none":
             continue
         flags = ("attention_scaling", f"{kind}_attention_scaling", "attention_scaling_offset")
-        source = "given" if any(name in given for name in flags) else "checkpoint's"
+        source = (
+            "given" if any(name in given for name in flags) else "default" if start.kind == "fresh" else "checkpoint's"
+        )
         if method == "softmax_matched":
             lines.append(
                 f"{ATTENTION_LABELS[kind] + ':':<24}queries scaled by n^(1 − α) for n keys (softmax_matched, {source})"
