@@ -282,6 +282,24 @@ def test_attention_dropout_overrides_dropout_for_the_attention_probabilities(ada
     assert kept.config.attention_dropout == 0.2
 
 
+def test_a_fresh_model_scales_queries_softmax_matched_unless_told_otherwise(train_tokenizer):
+    """The default that keeps a random-α start from failing on long inputs; `--attention_scaling none` is the paper's
+    model, and a flag for one attention type leaves the default on the others."""
+    fresh = read_starting_point(None)
+    model_args, _, _ = parse_arguments([])
+    model = load_model(model_args, train_tokenizer, 32)
+    assert all(
+        model.config.scaling_method(kind) == "softmax_matched" for kind in ("encoder_self", "decoder_self", "cross")
+    )
+    lines = describe_scaling(model, fresh, model_args.attention_options_given())
+    assert lines[0] == "encoder self-attention: queries scaled by n^(1 − α) for n keys (softmax_matched, default)"
+    model_args, _, _ = parse_arguments(["--attention_scaling", "none"])
+    assert load_model(model_args, train_tokenizer, 32).config.scaling_method("cross") == "none"
+    model_args, _, _ = parse_arguments(["--cross_attention_scaling", "asentmax"])
+    mixed = load_model(model_args, train_tokenizer, 32).config
+    assert (mixed.scaling_method("encoder_self"), mixed.scaling_method("cross")) == ("softmax_matched", "asentmax")
+
+
 # --- query scaling (ASEntmax) at every starting point ---------------------------------------------------------
 
 
