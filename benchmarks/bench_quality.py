@@ -60,6 +60,11 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--join", type=int, default=1, help="sentences joined into one input line (1: the corpus)")
     parser.add_argument("--extra", default="", help="flags added to every run (e.g. for a quick check of the script)")
+    parser.add_argument(
+        "--finished_only",
+        action="store_true",
+        help="train nothing: report the runs already finished (seeds may differ)",
+    )
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     parser.add_argument("--table", default="quality", help="the name of the table's markers in the --markdown files")
     arguments = parser.parse_args()
@@ -90,6 +95,9 @@ def main() -> None:
             for seed in arguments.seeds:
                 folder = out / f"{arguments.max_steps}-steps" / corpus / name / f"seed{seed}"
                 if not (folder / "training_summary.json").exists():
+                    if arguments.finished_only:
+                        print(f"not finished, left out: {folder}")
+                        continue
                     command = ["hf-entmax", "train", *data["pair"], *data["train"], *data["evaluation"]]
                     command += ["--max_steps", str(arguments.max_steps), "--per_device_train_batch_size"]
                     command += [str(arguments.batch_size), "--seed", str(seed), "--save_strategy", "no"]
@@ -97,17 +105,21 @@ def main() -> None:
                     run([*command, *variants[name], *shlex.split(arguments.extra)], out / "commands.log")
                 results.setdefault((corpus, name), []).append(scores(folder))
 
+    if not results:
+        sys.exit("no finished run to report")
     lines = [
-        "| direction | attention | flags | seeds | validation BLEU | test BLEU | test chrF | train loss "
+        "| direction | attention | flags | seeds | validation BLEU | … per seed | test BLEU | test chrF | train loss "
         "| mean α (enc, dec, cross) | heads with α ≥ 1.5 |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for (direction, name), runs in results.items():
         alphas = ", ".join(f"{statistics.mean(run['mean α'][kind] for run in runs):.2f}" for kind in runs[0]["mean α"])
         sparse = statistics.mean(run["sparse heads"] for run in runs)
+        per_seed = ", ".join(f"{run['validation BLEU']:.1f}" for run in runs)  # shows runs that failed to learn
         lines.append(
             f"| {direction} | {name} | `{shlex.join(variants[name]) or '(defaults)'}` | {len(runs)} "
             f"| {mean_and_spread([run['validation BLEU'] for run in runs])} "
+            f"| {per_seed} "
             f"| {mean_and_spread([run['test BLEU'] for run in runs])} "
             f"| {mean_and_spread([run['test chrF'] for run in runs])} "
             f"| {mean_and_spread([run['train loss'] for run in runs])} | {alphas} | {sparse:.1f}/{runs[0]['heads']} |"
