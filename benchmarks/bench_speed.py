@@ -13,8 +13,8 @@ much less so).
 2. attention: scores, padding mask, mapping, weighted values, forward + backward, against
    `torch.nn.functional.scaled_dot_product_attention` with the same mask.
 3. model: the model `hf-entmax train` builds by default (`load_model(ModelArguments(), …)`: the `small` preset,
-   d_model 256, 3+3 layers, 4 heads, learnable α from a random start, dropout and attention dropout 0.1) with its
-   default vocabulary size, against `MarianMTModel` with SDPA attention and the same architecture, dropout, attention
+   d_model 256, 3+3 layers, 4 heads, learnable α from a random start, queries scaled by n^(1 − α), dropout and
+   attention dropout 0.1) with its default vocabulary size, against `MarianMTModel` with SDPA attention and the same architecture, dropout, attention
    dropout and weights, on Multi30k-length batches (64 pairs, 10–25 tokens a side): training tokens/s (forward,
    backward, AdamW step, in training mode: dropout on) on the same four batches, beam-5 generation sentences/s, and
    the peak memory of training above the model's own (RSS, each variant measured in a fresh process).
@@ -217,10 +217,13 @@ def describe_configuration(model_size: str | None = None) -> str:
         start = "a random start" if settings.init == "random" else f"{float(settings.init):g}"
         alphas.append(f"learned per head from {start}" if settings.learn else f"fixed at {float(settings.init):g}")
     alpha = alphas[0] if len(set(alphas)) == 1 else ", ".join(alphas) + " (encoder self, decoder self, cross)"
+    methods = [config.scaling_method(kind) for kind in ("encoder_self", "decoder_self", "cross")]
+    scaling = methods[0] if len(set(methods)) == 1 else ", ".join(methods) + " (encoder self, decoder self, cross)"
     return (
         f"`hf-entmax train` defaults: preset `{arguments.model_size}` (d_model {config.d_model}, "
         f"{config.encoder_layers}+{config.decoder_layers} layers, {config.encoder_attention_heads} heads), vocabulary "
-        f"{config.vocab_size}, dropout {config.dropout}, attention dropout {config.attention_dropout}, α {alpha}"
+        f"{config.vocab_size}, dropout {config.dropout}, attention dropout {config.attention_dropout}, α {alpha}, "
+        f"query scaling {scaling}"
     )
 
 
