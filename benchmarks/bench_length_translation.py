@@ -6,8 +6,9 @@
 
 1. Training. Each variant and seed is one run of `benchmarks/bench_quality.py` (called as a command): `hf-entmax
    train` with the `small` preset, its default recipe, ``--max_steps`` × batch ``--batch_size`` on Multi30k sentence
-   pairs, and only the flags that define the variant: `softmax` (α = 1 fixed) and `adaptive` (learned α, the
-   defaults) as bench_quality defines them, and `asentmax` = `adaptive` + ``--attention_scaling asentmax``. Runs
+   pairs, and only the flags that define the variant: `softmax` (α = 1 fixed) and `adaptive` (learned α and
+   softmax-matched queries, the defaults) as bench_quality defines them, and `asentmax` = `adaptive` with
+   ``--attention_scaling asentmax`` in place of the softmax-matched queries. Runs
    already finished in ``--runs_dir`` are read, not repeated; the default is bench_quality's own folder, so its
    softmax and adaptive runs of the same steps and seeds serve both benchmarks. A reused run is checked: its
    attention settings, steps, batch size and seed must be this benchmark's.
@@ -57,8 +58,8 @@ VARIANTS = {
 }
 # What each variant's saved config.json must say, so that a reused run is the variant it is taken for.
 EXPECTED_CONFIG = {
-    "softmax": {"learn_alpha": False, "alpha_init": 1.0, "attention_scaling": None},
-    "adaptive": {"learn_alpha": True, "attention_scaling": None},
+    "softmax": {"learn_alpha": False, "alpha_init": 1.0},  # any query scaling is 1 at α = 1
+    "adaptive": {"learn_alpha": True, "attention_scaling": "softmax_matched"},
     "asentmax": {"learn_alpha": True, "attention_scaling": "asentmax"},
 }
 

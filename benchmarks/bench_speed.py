@@ -14,10 +14,11 @@ much less so).
    `torch.nn.functional.scaled_dot_product_attention` with the same mask.
 3. model: the model `hf-entmax train` builds by default (`load_model(ModelArguments(), …)`: the `small` preset,
    d_model 256, 3+3 layers, 4 heads, learnable α from a random start, queries scaled by n^(1 − α), dropout and
-   attention dropout 0.1) with its default vocabulary size, against `MarianMTModel` with SDPA attention and the same architecture, dropout, attention
-   dropout and weights, on Multi30k-length batches (64 pairs, 10–25 tokens a side): training tokens/s (forward,
-   backward, AdamW step, in training mode: dropout on) on the same four batches, beam-5 generation sentences/s, and
-   the peak memory of training above the model's own (RSS, each variant measured in a fresh process).
+   attention dropout 0.1) with its default vocabulary size, against `MarianMTModel` with SDPA attention and the same
+   architecture, dropout, attention dropout and weights, on Multi30k-length batches (64 pairs, 10–25 tokens a side):
+   training tokens/s (forward, backward, AdamW step, in training mode: dropout on) on the same four batches, beam-5
+   generation sentences/s, and the peak memory of training above the model's own (RSS, each variant measured in a
+   fresh process).
 
 ``--markdown README.md docs/benchmarks.md`` also puts the tables into those pages, each section between its markers
 (``table:speed-mapping``, ``table:speed-attention``, ``table:speed-model``): the README shows the model's.
