@@ -4,6 +4,8 @@ import pytest
 import torch
 from helpers import SENTENCES, tiny_model
 
+from hf_entmax.kernels.cpu import kernel_available
+from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.training.tokenizer import train_joint_tokenizer
 
 
@@ -26,3 +28,14 @@ def batch():
         "attention_mask": (input_ids != 0).long(),
         "decoder_input_ids": torch.tensor([[0, 5, 6, 7], [0, 8, 9, 10]]),
     }
+
+
+@pytest.fixture(params=["fused kernel", "composed"])
+def attention_path(request, monkeypatch):
+    """Run a test on the native kernel's fused attention (skipped where it cannot build) and on the composed PyTorch
+    operations."""
+    if request.param == "composed":
+        monkeypatch.setattr(modeling, "native_entmax_attention", None)
+    elif not kernel_available():
+        pytest.skip("the native kernel is not available here")
+    return request.param

@@ -7,6 +7,7 @@ modules import this plain module; the fixtures built on it are in conftest.py.
 import torch
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
+from hf_entmax.modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention
 from hf_entmax.modeling.sparsefinder_attention import QUANTILE_STEPS, LayerProjections, SparsefinderPredictor
 
 
@@ -80,3 +81,29 @@ def random_predictor(model, dim: int = 3, seed: int = 0) -> SparsefinderPredicto
         kind: [layer() for _ in range(config.encoder_layers)] for kind in ("encoder_self", "decoder_self", "cross")
     }
     return SparsefinderPredictor(layers, {"thresholds": {kind: [1.0] for kind in layers}})
+
+
+class AttentionHeads:
+    """The parts of an attention module that `entmax_attention_forward` reads (α, the query scaling), as plain
+    tensors that gradcheck can vary: ``AttentionHeads(alpha, "asentmax", beta=..., gamma=...)``."""
+
+    query_scale = AdaptiveEntmaxMarianAttention.query_scale
+
+    def __init__(self, alpha, scaling_method: str = "none", beta=None, gamma=None, offset: float = 1.0):
+        self.alpha_value, self.scaling_method = alpha, scaling_method
+        self.scale_beta, self.scale_gamma, self.scale_offset = beta, gamma, offset
+        self.training = False
+
+    def alpha(self):
+        return self.alpha_value
+
+
+def padded_attention_inputs(generator: torch.Generator, heads: int = 3, length: int = 5, head_dim: int = 4):
+    """float64 ``query, key, value`` of two sentences, ``(2, heads, length, head_dim)``, and their additive mask
+    ``(2, 1, length, length)``: the second sentence has 3 real tokens, so n differs by row."""
+    query, key, value = (
+        torch.randn(2, heads, length, head_dim, generator=generator, dtype=torch.float64) for _ in range(3)
+    )
+    mask = torch.zeros(2, 1, length, length, dtype=torch.float64)
+    mask[1, :, :, 3:] = float("-inf")
+    return query, key, value, mask

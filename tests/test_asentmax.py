@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from helpers import tiny_config, tiny_model
+from helpers import AttentionHeads, padded_attention_inputs, tiny_config, tiny_model
 from huggingface_hub.errors import StrictDataclassError
 from torch.autograd import gradcheck
 from transformers import AutoModelForSeq2SeqLM
@@ -142,42 +142,17 @@ def test_zero_beta_with_offset_one_is_the_model_without_scaling(batch):
     assert not torch.allclose(scaled(**batch).logits, plain(**batch).logits)
 
 
-class ScaledHeads:
-    """The parts of an attention module that `entmax_attention_forward` reads, with β and γ as plain tensors so that
-    gradcheck can vary them."""
-
-    query_scale = AdaptiveEntmaxMarianAttention.query_scale
-    scaling_method = "asentmax"
-
-    def __init__(self, beta: torch.Tensor, gamma: torch.Tensor, alpha: torch.Tensor):
-        self.scale_beta, self.scale_gamma, self.alpha_value = beta, gamma, alpha
-        self.scale_offset = 1.0
-        self.training = False
-
-    def alpha(self) -> torch.Tensor:
-        return self.alpha_value
-
-
-@pytest.mark.parametrize("path", ["fused kernel", "composed"])
-def test_gradcheck_of_the_scaling_parameters_through_attention(path, monkeypatch):
+def test_gradcheck_of_the_scaling_parameters_through_attention(attention_path):
     """float64 gradients of the output w.r.t. β, γ, α and the query, with a padding mask (n differs by row)."""
-    if path == "composed":
-        monkeypatch.setattr(modeling, "native_entmax_attention", None)
-    elif not kernel_available():
-        pytest.skip("the native kernel is not available here")
     generator = torch.Generator().manual_seed(0)
-    batch_size, heads, length, head_dim = 2, 3, 5, 4
-    query, key, value = (
-        torch.randn(batch_size, heads, length, head_dim, generator=generator, dtype=torch.float64) for _ in range(3)
-    )
-    mask = torch.zeros(batch_size, 1, length, length, dtype=torch.float64)
-    mask[1, :, :, 3:] = float("-inf")  # the second sentence has 3 real tokens
-    beta = (0.1 + 0.9 * torch.rand(heads, generator=generator, dtype=torch.float64)).requires_grad_()
-    gamma = (0.1 * torch.randn(heads, generator=generator, dtype=torch.float64)).requires_grad_()
+    query, key, value, mask = padded_attention_inputs(generator, heads=3)
+    beta = (0.1 + 0.9 * torch.rand(3, generator=generator, dtype=torch.float64)).requires_grad_()
+    gamma = (0.1 * torch.randn(3, generator=generator, dtype=torch.float64)).requires_grad_()
     alpha = torch.tensor([1.3, 1.5, 1.8], dtype=torch.float64, requires_grad=True)
 
     def attention(beta, gamma, alpha, query):
-        output, _ = entmax_attention_forward(ScaledHeads(beta, gamma, alpha), query, key, value, mask)
+        heads = AttentionHeads(alpha, "asentmax", beta=beta, gamma=gamma)
+        output, _ = entmax_attention_forward(heads, query, key, value, mask)
         return output
 
     assert gradcheck(attention, (beta, gamma, alpha, query.requires_grad_()))

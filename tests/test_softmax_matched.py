@@ -5,28 +5,15 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_config, tiny_model
+from helpers import AttentionHeads, padded_attention_inputs, tiny_config, tiny_model
 from torch.autograd import gradcheck
 from transformers import AutoModelForSeq2SeqLM
 
-from hf_entmax.kernels.cpu import kernel_available
-from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
-from hf_entmax.modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention, entmax_attention_forward
+from hf_entmax.modeling.modeling_adaptive_entmax_marian import entmax_attention_forward
 
 
-class MatchedHeads:
-    """The parts of an attention module that `entmax_attention_forward` reads, with α as a plain tensor so that
-    gradcheck can vary it."""
-
-    query_scale = AdaptiveEntmaxMarianAttention.query_scale
-    scaling_method = "softmax_matched"
-
-    def __init__(self, alpha: torch.Tensor | float):
-        self.alpha_value = alpha
-        self.training = False
-
-    def alpha(self) -> torch.Tensor | float:
-        return self.alpha_value
+def matched_heads(alpha) -> AttentionHeads:
+    return AttentionHeads(alpha, "softmax_matched")
 
 
 def attention_weights(module, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -50,10 +37,9 @@ def test_every_head_responds_to_small_scores_as_softmax_does(alpha, n):
     scores = torch.randn(1, 1, 1, n, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
     key = torch.eye(n, dtype=torch.float64).view(1, 1, n, n)  # query · key = the query itself
     mask = torch.zeros(1, 1, 1, n, dtype=torch.float64)
-    unmatched = MatchedHeads(alpha)
-    unmatched.scaling_method = "none"
+    unmatched = AttentionHeads(alpha)
     softmax = response(lambda query: torch.softmax(query, -1), scores)
-    matched = response(lambda query: attention_weights(MatchedHeads(alpha), query, key, mask), scores)
+    matched = response(lambda query: attention_weights(matched_heads(alpha), query, key, mask), scores)
     plain = response(lambda query: attention_weights(unmatched, query, key, mask), scores)
     torch.testing.assert_close(matched, softmax, rtol=1e-6, atol=1e-12)
     torch.testing.assert_close(plain, n ** (alpha - 1) * softmax, rtol=1e-6, atol=1e-12)
@@ -66,7 +52,7 @@ def test_each_query_counts_only_the_keys_it_may_attend_to():
     key = torch.eye(n_keys, dtype=torch.float64).view(1, 1, n_keys, n_keys)
     mask = torch.zeros(1, 1, 1, n_keys, dtype=torch.float64)
     mask[..., n_real:] = float("-inf")
-    matched = response(lambda query: attention_weights(MatchedHeads(1.5), query, key, mask), scores)
+    matched = response(lambda query: attention_weights(matched_heads(1.5), query, key, mask), scores)
     softmax = response(lambda query: torch.softmax(query + mask, -1), scores)
     torch.testing.assert_close(matched, softmax, rtol=1e-6, atol=1e-12)
 
@@ -82,24 +68,13 @@ def test_softmax_heads_are_unchanged(batch):
     assert not torch.allclose(learned(**batch).logits, tiny_model(init_std=0.5)(**batch).logits)
 
 
-@pytest.mark.parametrize("path", ["fused kernel", "composed"])
-def test_gradcheck_of_alpha_through_the_factor_and_entmax(path, monkeypatch):
+def test_gradcheck_of_alpha_through_the_factor_and_entmax(attention_path):
     """float64 gradients of the output w.r.t. α (through the factor and the mapping) and the query, with padding."""
-    if path == "composed":
-        monkeypatch.setattr(modeling, "native_entmax_attention", None)
-    elif not kernel_available():
-        pytest.skip("the native kernel is not available here")
-    generator = torch.Generator().manual_seed(0)
-    batch_size, heads, length, head_dim = 2, 3, 5, 4
-    query, key, value = (
-        torch.randn(batch_size, heads, length, head_dim, generator=generator, dtype=torch.float64) for _ in range(3)
-    )
-    mask = torch.zeros(batch_size, 1, length, length, dtype=torch.float64)
-    mask[1, :, :, 3:] = float("-inf")
+    query, key, value, mask = padded_attention_inputs(torch.Generator().manual_seed(0), heads=3)
     alpha = torch.tensor([1.3, 1.5, 1.8], dtype=torch.float64, requires_grad=True)
 
     def attention(alpha, query):
-        output, _ = entmax_attention_forward(MatchedHeads(alpha), query, key, value, mask)
+        output, _ = entmax_attention_forward(matched_heads(alpha), query, key, value, mask)
         return output
 
     assert gradcheck(attention, (alpha, query.requires_grad_()))
