@@ -10,7 +10,7 @@ from helpers import SENTENCES, tiny_model
 from transformers import MarianConfig, MarianMTModel
 
 from hf_entmax import ModelAnalysis, analyze_model
-from hf_entmax.analysis.report import findings, write_report
+from hf_entmax.analysis.report import findings, summarize, write_report
 from hf_entmax.analysis.statistics import (
     allowed_keys,
     attention_density,
@@ -144,10 +144,18 @@ def test_a_head_built_to_attend_to_the_previous_token_is_reported_as_positional(
     assert encoder.next_token_mass[0, 0].item() == pytest.approx(0.0, abs=1e-6)
     assert encoder.density[0, 0] < 0.25  # one key per query, sentences of 5+ tokens
     assert analysis.attention["cross"].previous_token_mass is None  # no positions shared by query and key
+    sentences = findings(analysis)
     assert (
         "1 of 4 encoder self-attention heads in layer 0 attends to the previous token: "
-        "head 0 with 100% of its mass (α 2.00, sparse)."
-    ) in findings(analysis)
+        "head 0 with 100% of its mass (α 2.00, near sparsemax)."
+    ) in sentences
+    # Sparse by what it does (density), not only by its α.
+    low_density = f"head 0 (density {100 * encoder.density[0, 0].item():.0f}%, α 2.00)."
+    assert (
+        "1 of 4 encoder self-attention heads in layer 0 gives exact zeros to most keys (density ≤ 50%): " + low_density
+    ) in sentences
+    summary = summarize(analysis)["encoder_self"]
+    assert summary["near_sparsemax_heads"] >= 1 and summary["low_density_heads"] >= 1  # other heads: random α
 
 
 def tiny_marian(vocab_size: int) -> MarianMTModel:

@@ -9,9 +9,10 @@ import torch
 from helpers import SENTENCES, tiny_model
 
 from hf_entmax import analyze_model
-from hf_entmax.analysis.report import DEFINITIONS, LONG_INPUT_MULTIPLE, model_card_section, write_report
+from hf_entmax.analysis.report import DEFINITIONS, LONG_INPUT_MULTIPLE, findings, model_card_section, write_report
 from hf_entmax.cli import main
 from hf_entmax.errors import HfEntmaxValueError
+from hf_entmax.modeling.configuration_adaptive_entmax_marian import ATTENTION_TITLES
 
 
 SOURCES, TARGETS = SENTENCES[0::2], SENTENCES[1::2]  # German sentences and their English translations
@@ -166,3 +167,17 @@ def test_analyze_command_reports_a_saved_scaled_model(tokenizer, tmp_path, capsy
             torch.tensor(attention[kind]["scaling"]["gamma"]), model.get_attention_scales()[kind]["gamma"]
         )
     assert (tmp_path / "out" / report["figures"]["query_scales"]).is_file()
+
+
+def test_softmax_matched_attention_is_named_and_its_sparsity_read_from_density(tokenizer):
+    """With queries scaled by n^(1 − α), α no longer says how sharp a head is: the report says so, per type."""
+    model = tiny_model(vocab_size=len(tokenizer), attention_scaling="softmax_matched", cross_attention_scaling="none")
+    analysis = analyse(model, tokenizer, "matched")
+    sentences = findings(analysis)
+    for kind, statistics in analysis.attention.items():
+        matched = kind != UNSCALED
+        assert statistics.scaling_method == ("softmax_matched" if matched else "none")
+        assert statistics.scaling is None  # no learned β, γ: nothing to plot against n
+        assert statistics.to_dict()["scaling_method"] == statistics.scaling_method
+        title = ATTENTION_TITLES[kind]
+        assert any(s.startswith(f"{title} scales its queries by n^(1 − α)") for s in sentences) == matched

@@ -84,6 +84,8 @@ class AttentionTypeStatistics:
             self-attention only.
         top_tokens: ``[layer][head]`` → the most attended tokens as ``(token, share of the head's attention)``.
         scaling: ASEntmax's β, γ and δ when this attention type scales its queries, else None.
+        scaling_method: The type's query scaling (``attention_scaling``): ``"none"``, ``"softmax_matched"`` or
+            ``"asentmax"``; ``"none"`` for a Marian model.
     """
 
     alpha: torch.Tensor
@@ -94,6 +96,7 @@ class AttentionTypeStatistics:
     same_word_mass: torch.Tensor | None
     top_tokens: list[list[list[tuple[str, float]]]]
     scaling: QueryScaling | None = None
+    scaling_method: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain lists for JSON: NaN becomes None; ``"scaling"`` only where the queries are scaled."""
@@ -105,6 +108,7 @@ class AttentionTypeStatistics:
             [[{"token": token, "share": share} for token, share in head] for head in layer]
             for layer in self.top_tokens
         ]
+        result["scaling_method"] = self.scaling_method
         if self.scaling is not None:
             result["scaling"] = self.scaling.to_dict()
         return result
@@ -244,7 +248,7 @@ def analyze_model(
         model_type=model.config.model_type,
         num_sentences=len(sources),
         decoder_inputs="greedy translations" if targets is None else "references",
-        attention=collector.results(model_alphas(model), model_scales(model)),
+        attention=collector.results(model_alphas(model), model_scales(model), model_scaling_methods(model)),
         alpha_history=read_alpha_history(source_folder) if source_folder else None,
         examples=collector.examples,
         source=str(source_folder) if source_folder else None,
@@ -264,6 +268,14 @@ def model_scales(model: PreTrainedModel) -> dict[str, dict[str, torch.Tensor | f
     if isinstance(model, AdaptiveEntmaxMarianPreTrainedModel):
         return model.get_attention_scales()
     return {}
+
+
+def model_scaling_methods(model: PreTrainedModel) -> dict[str, str]:
+    """Each attention type's query scaling (``"none"``, ``"softmax_matched"``, ``"asentmax"``); a Marian model's is
+    ``"none"``."""
+    if isinstance(model, AdaptiveEntmaxMarianPreTrainedModel):
+        return {kind: model.config.scaling_method(kind) for kind in ATTENTION_TYPES}
+    return dict.fromkeys(ATTENTION_TYPES, "none")
 
 
 def layers_and_heads(config: PreTrainedConfig, kind: str) -> tuple[int, int]:
@@ -452,7 +464,10 @@ class _Collector:
         return torch.tensor(rows, dtype=torch.long, device=token_ids.device)
 
     def results(
-        self, alphas: dict[str, torch.Tensor], scales: dict[str, dict[str, torch.Tensor | float]]
+        self,
+        alphas: dict[str, torch.Tensor],
+        scales: dict[str, dict[str, torch.Tensor | float]],
+        scaling_methods: dict[str, str],
     ) -> dict[str, AttentionTypeStatistics]:
         results = {}
         for kind in ATTENTION_TYPES:
@@ -485,6 +500,7 @@ class _Collector:
                     offset=float(scales[kind]["offset"]),
                     key_counts=self.key_counts[kind],
                 ),
+                scaling_method=scaling_methods[kind],
             )
         return results
 
@@ -509,5 +525,6 @@ __all__ = [
     "layers_and_heads",
     "model_alphas",
     "model_scales",
+    "model_scaling_methods",
     "teacher_forced_attention",
 ]

@@ -1,7 +1,7 @@
 """The report of an analysis: figures, ``report.json`` (every number) and ``report.md`` (tables and findings).
 
 Findings are plain sentences derived from the numbers with the thresholds below, e.g. "2 of 4 encoder
-self-attention heads in layer 0 attend to the previous token: head 1 with 96% of its mass (α 1.93, sparse)".
+self-attention heads in layer 0 attend to the previous token: head 1 with 96% of its mass (α 1.93, near sparsemax)".
 Attention types that scale their queries (ASEntmax) add their β, γ and the factor δ + β·log(n + 1)^γ to the tables,
 the findings and a figure; a report without such types reads exactly as one of a model without the option.
 `model_card_section` turns a written report into the model card's analysis section.
@@ -24,9 +24,12 @@ from .collect import AttentionTypeStatistics, ModelAnalysis, QueryScaling
 
 
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
-# A head with α above this is called sparse (sparsemax is 2), below NEAR_SOFTMAX_ALPHA nearly dense (softmax is 1).
-SPARSE_ALPHA = 1.8
+# A head with α above this is called near sparsemax (sparsemax is 2), below NEAR_SOFTMAX_ALPHA nearly dense (softmax
+# is 1). α alone does not say how many weights are zero: with softmax-matched queries a head of α 1.9 can keep 80% of
+# its keys. What a head does is its density: at most LOW_DENSITY means most of its keys get exact zeros.
+NEAR_SPARSEMAX_ALPHA = 1.8
 NEAR_SOFTMAX_ALPHA = 1.1
+LOW_DENSITY = 0.5
 # A head is positional / subword-merging when at least this much of its attention goes to the previous or next
 # token / to the other pieces of the query's word, on average over queries.
 ROLE_MASS = 0.5
@@ -121,7 +124,8 @@ def write_report(
         # The scaling's definition only where a model scales its queries: other reports read as before.
         "definitions": DEFINITIONS | (SCALING_DEFINITIONS if any(map(_has_scaling, analyses)) else {}),
         "thresholds": {
-            "sparse_alpha": SPARSE_ALPHA,
+            "near_sparsemax_alpha": NEAR_SPARSEMAX_ALPHA,
+            "low_density": LOW_DENSITY,
             "near_softmax_alpha": NEAR_SOFTMAX_ALPHA,
             "role_mass": ROLE_MASS,
             "token_focus_share": TOKEN_FOCUS_SHARE,
@@ -205,7 +209,8 @@ def summarize(analysis: ModelAnalysis) -> dict[str, dict[str, Any]]:
             "mean_density": round(statistics.density.nanmean().item(), 4),
             "mean_js_divergence": round(statistics.js_divergence.mean().item(), 4),
             "heads": alpha.numel(),
-            "sparse_heads": int((alpha > SPARSE_ALPHA).sum()),
+            "near_sparsemax_heads": int((alpha > NEAR_SPARSEMAX_ALPHA).sum()),
+            "low_density_heads": int((statistics.density <= LOW_DENSITY).sum()),
             "positional_heads": len(_role_heads(statistics, "previous_token_mass", "next_token_mass")),
             "subword_heads": len(_role_heads(statistics, "same_word_mass")),
         }
@@ -253,17 +258,34 @@ def findings(analysis: ModelAnalysis) -> list[str]:
             )
         if statistics.scaling is not None:
             sentences += _scaling_findings(title, statistics.scaling)
+        if statistics.scaling_method == "softmax_matched":
+            sentences.append(
+                f"{title} scales its queries by n^(1 − α) for n keys (softmax_matched): near uniform attention every "
+                "head is as sharp as softmax whatever its α, so α shapes how weights fall to zero and the density, "
+                "not α, says how sparse a head is."
+            )
         num_layers, num_heads = alpha.shape
         for layer in range(num_layers):
             where = f"{noun} heads in layer {layer}"
-            sparse = [head for head in range(num_heads) if alpha[layer, head] > SPARSE_ALPHA]
-            if sparse:
+            near_sparsemax = [head for head in range(num_heads) if alpha[layer, head] > NEAR_SPARSEMAX_ALPHA]
+            if near_sparsemax:
                 listed = _join(
-                    f"{head} (α {alpha[layer, head]:.2f}, density {_percent(density[layer, head])})" for head in sparse
+                    f"{head} (α {alpha[layer, head]:.2f}, density {_percent(density[layer, head])})"
+                    for head in near_sparsemax
                 )
                 sentences.append(
-                    f"{_count(sparse, num_heads)} {where} {_verb(sparse, 'is', 'are')} sparse (α > {SPARSE_ALPHA}): "
-                    f"{_heads(sparse)} {listed}."
+                    f"{_count(near_sparsemax, num_heads)} {where} {_verb(near_sparsemax, 'is', 'are')} near "
+                    f"sparsemax (α > {NEAR_SPARSEMAX_ALPHA}): {_heads(near_sparsemax)} {listed}."
+                )
+            low_density = [head for head in range(num_heads) if density[layer, head] <= LOW_DENSITY]
+            if low_density:
+                listed = _join(
+                    f"{head} (density {_percent(density[layer, head])}, α {alpha[layer, head]:.2f})"
+                    for head in low_density
+                )
+                sentences.append(
+                    f"{_count(low_density, num_heads)} {where} {_verb(low_density, 'gives', 'give')} exact zeros to "
+                    f"most keys (density ≤ {_percent(LOW_DENSITY)}): {_heads(low_density)} {listed}."
                 )
             dense = [head for head in range(num_heads) if 1 < alpha[layer, head] < NEAR_SOFTMAX_ALPHA]
             if dense:
@@ -367,7 +389,9 @@ def render_markdown(report: dict[str, Any], analyses: list[ModelAnalysis]) -> st
     lines += [f"- `{name}`: {text}" for name, text in report["definitions"].items()]
     thresholds = report["thresholds"]
     lines += [
-        f"- Sparse head: α > {thresholds['sparse_alpha']}; nearly dense: α < {thresholds['near_softmax_alpha']}; "
+        f"- Near sparsemax: α > {thresholds['near_sparsemax_alpha']}; nearly dense: α < "
+        f"{thresholds['near_softmax_alpha']}; exact zeros to most keys: density ≤ "
+        f"{_percent(thresholds['low_density'])}; "
         f"positional / subword-merging head: at least {_percent(thresholds['role_mass'])} of its mass on the "
         f"previous or next token / the other pieces of the word; focused on one token: at least "
         f"{_percent(thresholds['token_focus_share'])} of its attention to one token type.",
@@ -383,9 +407,9 @@ def render_markdown(report: dict[str, Any], analyses: list[ModelAnalysis]) -> st
 def summary_table(models: list[dict[str, Any]]) -> str:
     """Markdown table of ``report.json``'s per-model ``summary``: a row per model and attention type."""
     lines = [
-        "| model | attention | mean α (range) | density | JS divergence (bits) | sparse heads | positional heads "
-        "| subword heads |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| model | attention | mean α (range) | density | JS divergence (bits) | heads α > {NEAR_SPARSEMAX_ALPHA} "
+        f"| heads density ≤ {_percent(LOW_DENSITY)} | positional heads | subword heads |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for model in models:
         for kind in ATTENTION_TYPES:
@@ -393,7 +417,8 @@ def summary_table(models: list[dict[str, Any]]) -> str:
             lines.append(
                 f"| {model['name']} | {ATTENTION_TITLES[kind]} | {summary['mean_alpha']:.2f} "
                 f"({summary['min_alpha']:.2f}–{summary['max_alpha']:.2f}) | {_percent(summary['mean_density'])} "
-                f"| {summary['mean_js_divergence']:.3f} | {summary['sparse_heads']}/{summary['heads']} "
+                f"| {summary['mean_js_divergence']:.3f} | {summary['near_sparsemax_heads']}/{summary['heads']} "
+                f"| {summary['low_density_heads']}/{summary['heads']} "
                 f"| {summary['positional_heads']} | {summary['subword_heads']} |"
             )
     return "\n".join(lines)
@@ -593,7 +618,7 @@ def _percent(value: float | torch.Tensor | None) -> str:
 
 
 def _alpha_note(alpha: torch.Tensor) -> str:
-    return f"α {alpha:.2f}" + (", sparse" if alpha > SPARSE_ALPHA else "")
+    return f"α {alpha:.2f}" + (", near sparsemax" if alpha > NEAR_SPARSEMAX_ALPHA else "")
 
 
 def _count(items: list, total: int) -> str:
@@ -623,9 +648,10 @@ def _slug(name: str) -> str:
 
 
 __all__ = [
+    "LOW_DENSITY",
     "NEAR_SOFTMAX_ALPHA",
+    "NEAR_SPARSEMAX_ALPHA",
     "ROLE_MASS",
-    "SPARSE_ALPHA",
     "TOKEN_FOCUS_SHARE",
     "check_report_folder",
     "comparison_findings",
