@@ -149,18 +149,24 @@ def source_token_counts(folder: Path, inputs: dict[int, dict], train_source: Pat
 
 
 def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, target: Path) -> dict:
-    """Translate and score one k's input with one run, or read the scores if they exist; return the metrics."""
-    metrics_file = target / f"k{k}.json"
+    """Translate and score one k's input with one run, or read the scores if they exist; return the metrics, with
+    ``length_ratio``: the translations' words over the references' (a model that stops after one sentence of k
+    scores low for its length alone, whatever the sentence's quality)."""
+    metrics_file, output_file = target / f"k{k}.json", target / f"k{k}.txt"
     if not metrics_file.exists():
         positions = json.loads((folder / "config.json").read_text())["max_position_embeddings"]
         max_new_tokens = min(k * arguments.max_new_tokens_per_join, positions - 1)
         command = ["hf-entmax", "translate", "--model", str(folder), "--input", str(files["source"])]
-        command += ["--output", str(target / f"k{k}.txt"), "--reference", str(files["reference"])]
+        command += ["--output", str(output_file), "--reference", str(files["reference"])]
         command += ["--metrics_file", str(metrics_file), "--max_new_tokens", str(max_new_tokens)]
         command += ["--batch_size", str(arguments.translate_batch_size), "--no-progress"]
         target.mkdir(parents=True, exist_ok=True)
         run(command, Path(arguments.output_dir) / "commands.log")
-    return json.loads(metrics_file.read_text())
+
+    def words(path: Path) -> int:
+        return len(path.read_text(encoding="utf-8").split())
+
+    return {**json.loads(metrics_file.read_text()), "length_ratio": words(output_file) / words(files["reference"])}
 
 
 def score_of(metrics: dict, name: str) -> float:
@@ -169,13 +175,15 @@ def score_of(metrics: dict, name: str) -> float:
 
 
 def table(scores: dict, inputs: dict, tokens: dict, arguments: argparse.Namespace) -> str:
-    """BLEU and chrF per k (rows) and variant (columns), mean ± standard deviation over seeds."""
+    """BLEU and chrF per k (rows) and variant (columns), mean ± standard deviation over seeds, and each variant's
+    output length against the references'."""
     variants = arguments.variants
     header = " | ".join(f"{variant} BLEU | {variant} chrF" for variant in variants)
     compare = "softmax" in variants and "asentmax" in variants
     lines = [
-        f"| k | inputs | source tokens, mean (max) | {header} |{' ASEntmax − softmax BLEU |' if compare else ''}",
-        f"| ---: | ---: | ---: | {' | '.join('---: | ---:' for _ in variants)} |{' ---: |' if compare else ''}",
+        f"| k | inputs | source tokens, mean (max) | {header} |{' ASEntmax − softmax BLEU |' if compare else ''} "
+        f"output / reference words ({' / '.join(variants)}) |",
+        f"| ---: | ---: | ---: | {' | '.join('---: | ---:' for _ in variants)} |{' ---: |' if compare else ''} ---: |",
     ]
     for k in arguments.joins:
         cells = []
@@ -189,7 +197,11 @@ def table(scores: dict, inputs: dict, tokens: dict, arguments: argparse.Namespac
                 for seed in arguments.seeds
             )
             row += f" {difference:+.2f} |"
-        lines.append(row)
+        ratios = [
+            statistics.mean(scores[variant, seed, k]["length_ratio"] for seed in arguments.seeds)
+            for variant in variants
+        ]
+        lines.append(row + f" {' / '.join(f'{ratio:.2f}' for ratio in ratios)} |")
     signature = scores[variants[0], arguments.seeds[0], arguments.joins[0]]["bleu_signature"]
     lines += [
         "",
