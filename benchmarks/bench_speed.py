@@ -45,6 +45,7 @@ from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel, entmax, entmax15, sparsemax
 from hf_entmax.kernels.cpu import kernel_available
+from hf_entmax.modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
 from hf_entmax.modeling.modeling_adaptive_entmax_marian import entmax_attention_forward
 from hf_entmax.training.arguments import DEFAULT_MAX_LENGTH, ModelArguments
 from hf_entmax.training.model_loading import load_model
@@ -212,14 +213,18 @@ def describe_configuration(model_size: str | None = None) -> str:
     """What the model section measures: the preset, the dropouts and how α is chosen, read from the built model."""
     model, arguments = cli_default_model(model_size)
     config = model.config
-    alphas = []
-    for kind in ("encoder_self", "decoder_self", "cross"):
+
+    def alpha_of(kind: str) -> str:
         settings = config.alpha_settings(kind)
         start = "a random start" if settings.init == "random" else f"{float(settings.init):g}"
-        alphas.append(f"learned per head from {start}" if settings.learn else f"fixed at {float(settings.init):g}")
-    alpha = alphas[0] if len(set(alphas)) == 1 else ", ".join(alphas) + " (encoder self, decoder self, cross)"
-    methods = [config.scaling_method(kind) for kind in ("encoder_self", "decoder_self", "cross")]
-    scaling = methods[0] if len(set(methods)) == 1 else ", ".join(methods) + " (encoder self, decoder self, cross)"
+        return f"learned per head from {start}" if settings.learn else f"fixed at {float(settings.init):g}"
+
+    def per_type(describe) -> str:
+        """One description where every attention type has the same, else each type's in order."""
+        values = [describe(kind) for kind in ATTENTION_TYPES]
+        return values[0] if len(set(values)) == 1 else ", ".join(values) + " (encoder self, decoder self, cross)"
+
+    alpha, scaling = per_type(alpha_of), per_type(config.scaling_method)
     return (
         f"`hf-entmax train` defaults: preset `{arguments.model_size}` (d_model {config.d_model}, "
         f"{config.encoder_layers}+{config.decoder_layers} layers, {config.encoder_attention_heads} heads), vocabulary "
