@@ -242,6 +242,17 @@ def _scaling_summary(scaling: QueryScaling) -> dict[str, Any]:
 def findings(analysis: ModelAnalysis) -> list[str]:
     """Plain sentences about one model's heads, from its numbers and the module's thresholds."""
     sentences = []
+    attention = analysis.attention.items()
+    matched = [
+        ATTENTION_TITLES[kind] for kind, statistics in attention if statistics.scaling_method == "softmax_matched"
+    ]
+    if matched:
+        titles = _join([matched[0], *(title.lower() for title in matched[1:])])
+        sentences.append(
+            f"{titles} {_verb(matched, 'scales its', 'scale their')} queries by n^(1 − α) for n keys "
+            "(softmax_matched): near uniform attention every head is as sharp as softmax whatever its α, so α shapes "
+            "how weights fall to zero and the density, not α, says how sparse a head is."
+        )
     for kind, statistics in analysis.attention.items():
         title, noun = ATTENTION_TITLES[kind], ATTENTION_TITLES[kind].lower()
         alpha, density = statistics.alpha, statistics.density
@@ -258,12 +269,6 @@ def findings(analysis: ModelAnalysis) -> list[str]:
             )
         if statistics.scaling is not None:
             sentences += _scaling_findings(title, statistics.scaling)
-        if statistics.scaling_method == "softmax_matched":
-            sentences.append(
-                f"{title} scales its queries by n^(1 − α) for n keys (softmax_matched): near uniform attention every "
-                "head is as sharp as softmax whatever its α, so α shapes how weights fall to zero and the density, "
-                "not α, says how sparse a head is."
-            )
         num_layers, num_heads = alpha.shape
         for layer in range(num_layers):
             where = f"{noun} heads in layer {layer}"
