@@ -185,3 +185,14 @@ def test_softmax_matched_attention_is_named_and_its_sparsity_read_from_density(t
     titles = [ATTENTION_TITLES[kind] for kind in analysis.attention if kind != UNSCALED]
     assert said[0].startswith(f"{titles[0]} and {titles[1].lower()} scale their queries by n^(1 − α)")
     assert ATTENTION_TITLES[UNSCALED].lower() not in said[0].lower()
+
+
+def test_softmax_with_softmax_matched_config_is_not_said_to_scale_its_queries(tokenizer):
+    """`hf-entmax train`'s softmax twin (α = 1 fixed) keeps the fresh-model default softmax_matched in its config,
+    but n^(1 − α) = 1 there: the report must not tell a reader its queries are scaled."""
+    model = tiny_model(
+        vocab_size=len(tokenizer), attention_scaling="softmax_matched", alpha_init=1.0, learn_alpha=False
+    )
+    sentences = findings(analyse(model, tokenizer, "softmax"))
+    assert not any("n^(1 − α)" in sentence for sentence in sentences)
+    assert any("softmax (α = 1 in every head)" in sentence for sentence in sentences)
