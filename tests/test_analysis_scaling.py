@@ -193,6 +193,8 @@ def test_softmax_with_softmax_matched_config_is_not_said_to_scale_its_queries(to
     model = tiny_model(
         vocab_size=len(tokenizer), attention_scaling="softmax_matched", alpha_init=1.0, learn_alpha=False
     )
-    sentences = findings(analyse(model, tokenizer, "softmax"))
+    analysis = analyse(model, tokenizer, "softmax")
+    assert all(statistics.scaling_method == "none" for statistics in analysis.attention.values())
+    sentences = findings(analysis)
     assert not any("n^(1 − α)" in sentence for sentence in sentences)
     assert any("softmax (α = 1 in every head)" in sentence for sentence in sentences)

@@ -106,3 +106,17 @@ def test_config_names_the_methods_it_accepts():
     assert tiny_config(decoder_self_attention_scaling="softmax_matched").scaling_method("decoder_self") == (
         "softmax_matched"
     )
+
+
+def test_a_type_with_alpha_fixed_at_one_is_not_scaled():
+    """n^(1 − 1) = 1: a softmax type (α fixed at 1) under softmax_matched reports "none", so nothing that reads the
+    method (the model, the training printout, the card, the analysis) calls it scaled; a learned α, α fixed elsewhere
+    and ASEntmax's temperature (which does change softmax) keep their method."""
+    twin = tiny_config(attention_scaling="softmax_matched", alpha_init=1.0, learn_alpha=False)
+    assert [twin.scaling_method(kind) for kind in ("encoder_self", "decoder_self", "cross")] == ["none"] * 3
+    mixed = tiny_config(attention_scaling="softmax_matched", cross_alpha_init=1.0, cross_learn_alpha=False)
+    assert (mixed.scaling_method("encoder_self"), mixed.scaling_method("cross")) == ("softmax_matched", "none")
+    fixed = tiny_config(attention_scaling="softmax_matched", alpha_init=1.5, learn_alpha=False)
+    assert fixed.scaling_method("cross") == "softmax_matched"
+    tempered = tiny_config(attention_scaling="asentmax", alpha_init=1.0, learn_alpha=False)
+    assert tempered.scaling_method("cross") == "asentmax"

@@ -13,6 +13,7 @@ from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
 from hf_entmax.cli import main
 from hf_entmax.commands.train import parse_arguments
 from hf_entmax.errors import HfEntmaxValueError
+from hf_entmax.hub.model_card import scaling_tables
 from hf_entmax.training.arguments import DataArguments
 from hf_entmax.training.model_loading import describe_alpha, describe_scaling, load_model, read_starting_point
 from hf_entmax.training.run import tokenize_splits
@@ -298,6 +299,16 @@ def test_a_fresh_model_scales_queries_softmax_matched_unless_told_otherwise(trai
     model_args, _, _ = parse_arguments(["--cross_attention_scaling", "asentmax"])
     mixed = load_model(model_args, train_tokenizer, 32).config
     assert (mixed.scaling_method("encoder_self"), mixed.scaling_method("cross")) == ("softmax_matched", "asentmax")
+
+
+def test_a_softmax_run_is_not_told_its_queries_are_scaled(train_tokenizer):
+    """The softmax twin (`--alpha_init 1 --learn_alpha False`) keeps the default softmax_matched in its config, but
+    n^(1 − 1) = 1: neither the training printout nor the model card may say its queries are scaled."""
+    model_args, _, _ = parse_arguments(["--alpha_init", "1", "--learn_alpha", "False"])
+    model = load_model(model_args, train_tokenizer, 32)
+    assert model.config.attention_scaling == "softmax_matched"
+    assert describe_scaling(model, read_starting_point(None), model_args.attention_options_given()) == []
+    assert scaling_tables(model) is None
 
 
 # --- query scaling (ASEntmax) at every starting point ---------------------------------------------------------

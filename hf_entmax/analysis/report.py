@@ -242,11 +242,10 @@ def _scaling_summary(scaling: QueryScaling) -> dict[str, Any]:
 def findings(analysis: ModelAnalysis) -> list[str]:
     """Plain sentences about one model's heads, from its numbers and the module's thresholds."""
     sentences = []
-    # With α = 1 in every head, n^(1 − α) = 1: the queries are not scaled, whatever the config says.
     matched = [
         ATTENTION_TITLES[kind]
         for kind, statistics in analysis.attention.items()
-        if statistics.scaling_method == "softmax_matched" and not bool((statistics.alpha == 1).all())
+        if statistics.scaling_method == "softmax_matched"
     ]
     if matched:
         titles = _join([matched[0], *(title.lower() for title in matched[1:])])

@@ -164,14 +164,6 @@ class ScalingOptions:
         1.0, "δ of ASEntmax's factor δ + β_h · log(n + 1) ** γ_h: a finite number >= 0 (the reference's is 1)."
     )
 
-    def scaling_method(self, attention_type: str) -> str:
-        """``"none"``, ``"asentmax"`` or ``"softmax_matched"``: how one attention type scales its queries."""
-        if attention_type not in ATTENTION_TYPES:
-            raise ValueError(f"attention type must be one of {ATTENTION_TYPES}, got {attention_type!r}")
-        method = getattr(self, f"{attention_type}_attention_scaling")
-        method = self.attention_scaling if method is None else method
-        return "none" if method is None else method
-
     def validate_attention_scaling(self):
         """Part of the config's `@strict` validation: known methods and a usable offset.
 
@@ -228,6 +220,25 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions):
     @output_attentions.setter
     def output_attentions(self, value: bool) -> None:
         self._output_attentions = value
+
+    def scaling_method(self, attention_type: str) -> str:
+        """``"none"``, ``"asentmax"`` or ``"softmax_matched"``: how one attention type scales its queries.
+
+        A type configured ``"softmax_matched"`` whose α is fixed at 1 is ``"none"``: its factor n^(1 − α) is 1. The
+        model, the training printout, the model card and `hf-entmax analyze` all read this method, so none of them
+        calls a softmax type scaled because its config names softmax_matched (`hf-entmax train`'s softmax twin keeps
+        the fresh-model default).
+        """
+        if attention_type not in ATTENTION_TYPES:
+            raise ValueError(f"attention type must be one of {ATTENTION_TYPES}, got {attention_type!r}")
+        method = getattr(self, f"{attention_type}_attention_scaling")
+        method = self.attention_scaling if method is None else method
+        if method is None:
+            return "none"
+        alpha = self.alpha_settings(attention_type)
+        if method == "softmax_matched" and not alpha.learn and float(alpha.init) == 1.0:
+            return "none"
+        return method
 
     def validate_sizes(self):
         """Part of `@strict` validation: sizes the model can be built with (not a failure deep inside torch)."""
