@@ -120,3 +120,5 @@ def test_a_type_with_alpha_fixed_at_one_is_not_scaled():
     assert fixed.scaling_method("cross") == "softmax_matched"
     tempered = tiny_config(attention_scaling="asentmax", alpha_init=1.0, learn_alpha=False)
     assert tempered.scaling_method("cross") == "asentmax"
+    # Only ASEntmax's β and γ are weights: they decide which checkpoint keys a type expects.
+    assert tempered.has_learned_scaling("cross") and not fixed.has_learned_scaling("cross")

@@ -162,8 +162,9 @@ def convert_marian(
         not config.alpha_settings(kind).learn and float(config.alpha_settings(kind).init) == 1.0
         for kind in ATTENTION_TYPES
     )
-    # softmax_matched's factor is 1 while α = 1: only a changed α (reported above) or ASEntmax changes the function.
-    scaled = [kind for kind in ATTENTION_TYPES if config.scaling_method(kind) == "asentmax"]
+    # softmax_matched's factor is 1 while α = 1: only a changed α (reported above) or ASEntmax's learned temperature
+    # (δ + β·log(n + 1)^γ, not 1 at its initialisation) changes the function.
+    scaled = [kind for kind in ATTENTION_TYPES if config.has_learned_scaling(kind)]
     same_function_expected = not alphas_changed and not scaled
     report = compare_models(source, target, tokenizer, check_sentences or CHECK_SENTENCES)
     report = ConversionReport(

@@ -240,6 +240,11 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions):
             return "none"
         return method
 
+    def has_learned_scaling(self, attention_type: str) -> bool:
+        """Whether one attention type's queries are scaled by learned per-head parameters (ASEntmax's β and γ), which
+        its modules then hold as weights; softmax_matched scaling has none."""
+        return self.scaling_method(attention_type) == "asentmax"
+
     def validate_sizes(self):
         """Part of `@strict` validation: sizes the model can be built with (not a failure deep inside torch)."""
         for name in SIZE_FIELDS:

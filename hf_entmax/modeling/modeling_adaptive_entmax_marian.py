@@ -202,7 +202,7 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         # Query scaling (`query_scale`): ASEntmax's learned temperature per head (β, γ), or softmax_matched's n^(1−α).
         self.scaling_method = config.scaling_method(attention_type)
         self.scale_offset = float(config.attention_scaling_offset)
-        if self.scaling_method == "asentmax":
+        if config.has_learned_scaling(attention_type):
             self.scale_beta = nn.Parameter(torch.empty(num_heads))
             self.scale_gamma = nn.Parameter(torch.empty(num_heads))
         else:

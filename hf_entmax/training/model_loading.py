@@ -190,9 +190,9 @@ def load_model(
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
     scaled_before = {
-        kind for kind in ATTENTION_TYPES if start.kind != "marian" and start.config.scaling_method(kind) == "asentmax"
+        kind for kind in ATTENTION_TYPES if start.kind != "marian" and start.config.has_learned_scaling(kind)
     }
-    scaled_now = {kind for kind in ATTENTION_TYPES if config.scaling_method(kind) == "asentmax"}
+    scaled_now = {kind for kind in ATTENTION_TYPES if config.has_learned_scaling(kind)}
     missing = [
         key
         for key in loading["missing_keys"]
