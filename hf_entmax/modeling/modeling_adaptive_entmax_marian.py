@@ -80,13 +80,14 @@ def entmax_attention_forward(
 
     Args:
         module: The attention module; its ``alpha()`` gives α per head (a tensor or a float) and its
-            ``query_scale(mask, key_len, dtype)`` the ASEntmax factor of each query (``None`` without scaling).
+            ``query_scale(mask, key_len, dtype)`` the scaling factor of each query (softmax_matched's or ASEntmax's;
+            ``None`` without scaling).
         query: ``(batch, heads, query_len, head_dim)``.
         key, value: ``(batch, heads, key_len, head_dim)``.
         attention_mask: Additive float mask broadcastable to ``(batch, heads, query_len, key_len)``:
             0 keeps a position, the dtype's lowest value masks it. ``None`` masks nothing.
-        scaling: Factor applied to the query, ``head_dim ** -0.5`` by default; with ASEntmax, times the module's
-            ``query_scale`` (a factor per head and query).
+        scaling: Factor applied to the query, ``head_dim ** -0.5`` by default; with query scaling, times the
+            module's ``query_scale`` (a factor per head and query).
         dropout: Dropout probability on the attention probabilities, applied in training only.
         kwargs: Marian's; ``output_attentions`` (or the config's) says whether the weights are wanted.
 
@@ -140,7 +141,7 @@ def entmax_attention_forward(
     if native_entmax_attention is not None and query.device.type == "cpu":
         fused = native_entmax_attention(query * scaling, key, value, alpha, mask, dropout)
     elif triton_entmax_attention is not None:
-        # A half-precision query stays in its dtype (ASEntmax's factor is float32), as the kernel takes q, k, v alike.
+        # A half-precision query stays in its dtype (query scaling is float32): the kernel takes q, k, v alike.
         scaled = (query * scaling).to(query.dtype)
         fused = triton_entmax_attention(scaled, key, value, alpha, mask, dropout, weights_wanted)
     if fused is not None:
