@@ -7,6 +7,11 @@ Each run is the command line a user types: `hf-entmax train` with the `small` pr
 flags that define the variant (and the seed); validation (`val`) and test (`test_2016_flickr`) are scored at the end.
 Runs already finished in --output_dir are read, not repeated, so the benchmark can be extended seed by seed.
 
+Any parallel corpus works, such as your own language pair: --data_dir holds line-aligned files `<split>.<language>`,
+the split names given by --train_name, --validation_name and --test_name (Multi30k's `train`, `val` and
+`test_2016_flickr` by default). Besides the table, each variant is compared with --baseline (`softmax`) seed by seed:
+the mean difference and its standard error, the numbers to judge "adaptive ≥ softmax − 0.3 BLEU" by.
+
 `--join K` trains and evaluates on a corpus of longer inputs made from the same data: every K consecutive sentences
 of each split joined into one line (sources and targets alike; a last incomplete group is left out), written to
 --output_dir/data/join<K>. Give `--batch_size` ÷ K to keep the tokens per step, and so the cost, of the plain runs.
@@ -14,18 +19,21 @@ of each split joined into one line (sources and targets alike; a last incomplete
 Variants: `softmax` (α = 1 fixed), `entmax15` (α = 1.5 fixed), `adaptive` (learned α per head, the defaults, which
 scale queries by n^(1 − α): `softmax_matched`), the paper's unscaled `entmax15-unscaled` and `adaptive-unscaled`, and
 any `--variant NAME="FLAGS"` added for an experiment (e.g. `--variant adaptive-a1.1="--alpha_init 1.1"`). Choose
-among variants on validation BLEU; the test columns confirm. A finished run is reused as it is: after a change of the
-command's defaults, use a new --output_dir (or move the runs whose meaning changed).
+among variants on validation BLEU; the test columns confirm. A finished run is reused only if it was trained with the
+flags the benchmark would give it now (corpus files, variant, seed, --extra: recorded in its `benchmark_command.json`);
+after a change of `hf-entmax train`'s own defaults, use a new --output_dir.
 """
 
 import argparse
 import json
+import math
+import re
 import shlex
 import statistics
 import sys
 from pathlib import Path
 
-from runs import joined_multi30k, multi30k_flags, run, scores
+from runs import MULTI30K_SPLITS, corpus_flags, joined_corpus, run, scores
 from tables import write_tables
 
 
@@ -37,6 +45,8 @@ VARIANTS = {
     "entmax15-unscaled": ["--alpha_init", "1.5", "--learn_alpha", "False", "--attention_scaling", "none"],
     "adaptive-unscaled": ["--attention_scaling", "none"],
 }
+# Written into each run folder once its training finished: the flags it was trained with (all but --output_dir).
+RUN_RECORD = "benchmark_command.json"
 
 
 def mean_and_spread(values: list[float]) -> str:
@@ -46,15 +56,83 @@ def mean_and_spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def mean_difference(differences: list[float]) -> str:
+    """``mean ± standard error of the mean``, signed (just the difference for one seed)."""
+    if len(differences) == 1:
+        return f"{differences[0]:+.2f}"
+    standard_error = statistics.stdev(differences) / math.sqrt(len(differences))
+    return f"{statistics.mean(differences):+.2f} ± {standard_error:.2f}"
+
+
+def flag_values(flags: list[str]) -> dict[str, str]:
+    """``{flag: value}`` of a command line's flags, ``""`` for a flag without one (a later flag wins, as in the
+    command itself)."""
+    values = {}
+    for index, word in enumerate(flags):
+        if word.startswith("--"):
+            following = flags[index + 1] if index + 1 < len(flags) else "--"
+            values[word] = "" if following.startswith("--") else following
+    return values
+
+
+def check_reusable(folder: Path, flags: list[str]) -> bool:
+    """Whether the finished run in ``folder`` was trained with ``flags``; stops, naming the flags that differ, if it
+    was not. ``False`` for a run trained before runs kept their flags (it is reused, and counted as such)."""
+    record = folder / RUN_RECORD
+    if not record.exists():
+        return False
+    recorded, wanted = flag_values(json.loads(record.read_text())["flags"]), flag_values(flags)
+    differing = sorted(flag for flag in recorded.keys() | wanted.keys() if recorded.get(flag) != wanted.get(flag))
+    if differing:
+        details = "; ".join(
+            f"{flag}: {recorded.get(flag, 'not given')} then, {wanted.get(flag, 'not given')} now"
+            for flag in differing
+        )
+        sys.exit(f"{folder} was trained with other flags ({details}): use another --output_dir, or move that run")
+    return True
+
+
+def paired_table(results: dict[tuple[str, str], list[dict]], baseline: str) -> list[str]:
+    """Markdown lines: each variant minus ``baseline`` on the same corpus, seed by seed (the seeds both have)."""
+    lines = [
+        f"| direction | attention − {baseline} | paired seeds | validation BLEU | … per seed | test BLEU "
+        "| … per seed |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for (corpus, name), runs in results.items():
+        baseline_runs = {run["seed"]: run for run in results.get((corpus, baseline), [])}
+        pairs = [(run, baseline_runs[run["seed"]]) for run in runs if run["seed"] in baseline_runs]
+        if name == baseline or not pairs:
+            continue
+        cells = []
+        for metric in ("validation BLEU", "test BLEU"):
+            differences = [run[metric] - other[metric] for run, other in pairs]
+            cells += [mean_difference(differences), ", ".join(f"{difference:+.2f}" for difference in differences)]
+        lines.append(f"| {corpus} | {name} | {len(pairs)} | {' | '.join(cells)} |")
+    if len(lines) == 2:
+        return []
+    return [
+        "",
+        *lines,
+        "",
+        f"Paired by seed (the same tokenizer, seed and data order): the mean difference from {baseline} ± its "
+        "standard error over seeds; positive is ahead.",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data_dir", default="../shared/data/multi30k")
+    parser.add_argument("--train_name", default=MULTI30K_SPLITS["train"], help="training files: NAME.<language>")
+    parser.add_argument("--validation_name", default=MULTI30K_SPLITS["validation"], help="validation files")
+    parser.add_argument("--test_name", default=MULTI30K_SPLITS["test"], help="test files")
     parser.add_argument("--output_dir", default="benchmarks/outputs/quality")
     parser.add_argument("--directions", nargs="+", default=["de-en"], help="source-target pairs, e.g. de-en en-de")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     parser.add_argument(
         "--variant", action="append", default=[], metavar='NAME="FLAGS"', help="an extra variant: its train flags"
     )
+    parser.add_argument("--baseline", default="softmax", help="the variant the others are compared with, per seed")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--max_steps", type=int, default=1200)
     parser.add_argument("--batch_size", type=int, default=64)
@@ -76,34 +154,48 @@ def main() -> None:
     unknown = [name for name in arguments.variants if name not in variants]
     if unknown:
         sys.exit(f"unknown variants {unknown}: define them with --variant NAME=FLAGS")
-
     if arguments.join < 1:
         sys.exit(f"--join must be 1 or more sentences per line, got {arguments.join}")
+    malformed = [direction for direction in arguments.directions if not re.fullmatch(r"[^-]+-[^-]+", direction)]
+    if malformed:
+        sys.exit(f"--directions: {malformed} are not SOURCE-TARGET language pairs (e.g. de-en)")
+
+    split_files = {
+        "train": arguments.train_name,
+        "validation": arguments.validation_name,
+        "test": arguments.test_name,
+    }
     out = Path(arguments.output_dir)
-    data_dir = Path(arguments.data_dir)
     results = {}
+    unrecorded = []
     for direction in arguments.directions:
         source, target = direction.split("-")
-        corpus = direction
+        data_dir, corpus = Path(arguments.data_dir).resolve(), direction
         if arguments.join > 1:
-            data_dir = joined_multi30k(
-                Path(arguments.data_dir), arguments.join, [source, target], out / "data" / f"join{arguments.join}"
-            )
+            corpus_flags(data_dir, source, target, split_files)  # the originals must all be there
+            joined = out / "data" / f"join{arguments.join}"
+            data_dir = joined_corpus(data_dir, arguments.join, [source, target], joined.resolve(), split_files)
             corpus = f"{direction}-join{arguments.join}"
-        data = multi30k_flags(data_dir, source, target)
+        data = corpus_flags(data_dir, source, target, split_files)
         for name in arguments.variants:
             for seed in arguments.seeds:
                 folder = out / f"{arguments.max_steps}-steps" / corpus / name / f"seed{seed}"
-                if not (folder / "training_summary.json").exists():
-                    if arguments.finished_only:
-                        print(f"not finished, left out: {folder}")
-                        continue
-                    command = ["hf-entmax", "train", *data["pair"], *data["train"], *data["evaluation"]]
-                    command += ["--max_steps", str(arguments.max_steps), "--per_device_train_batch_size"]
-                    command += [str(arguments.batch_size), "--seed", str(seed), "--save_strategy", "no"]
-                    command += ["--report_to", "none", "--disable_tqdm", "True", "--output_dir", str(folder)]
-                    run([*command, *variants[name], *shlex.split(arguments.extra)], out / "commands.log")
-                results.setdefault((corpus, name), []).append(scores(folder))
+                flags = [*data["pair"], *data["train"], *data["evaluation"], "--max_steps", str(arguments.max_steps)]
+                flags += ["--per_device_train_batch_size", str(arguments.batch_size), "--seed", str(seed)]
+                flags += ["--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "True"]
+                flags += [*variants[name], *shlex.split(arguments.extra)]
+                if (folder / "training_summary.json").exists():
+                    if not check_reusable(folder, flags):
+                        unrecorded.append(str(folder))
+                elif arguments.finished_only:
+                    print(f"not finished, left out: {folder}")
+                    continue
+                else:
+                    run(["hf-entmax", "train", *flags, "--output_dir", str(folder)], out / "commands.log")
+                    (folder / RUN_RECORD).write_text(json.dumps({"flags": flags}, indent=1))
+                results.setdefault((corpus, name), []).append({"seed": seed, **scores(folder)})
+    if unrecorded:
+        print(f"reused without a record of their flags (trained before runs kept one): {', '.join(unrecorded)}")
 
     if not results:
         sys.exit("no finished run to report")
@@ -130,6 +222,7 @@ def main() -> None:
         f"sacreBLEU {signature}; `small` preset, {arguments.max_steps} steps × batch {arguments.batch_size}, "
         "default recipe; mean ± standard deviation over seeds."
         + (f" `-join{arguments.join}`: {arguments.join} sentences joined per line." if arguments.join > 1 else ""),
+        *paired_table(results, arguments.baseline),
     ]
     table = "\n".join(lines)
     print(table)

@@ -21,7 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from runs import multi30k_flags, run, scores
+from runs import corpus_flags, run, scores
 from tables import write_tables
 
 
@@ -67,7 +67,7 @@ def main() -> None:
     out = Path(arguments.output_dir)
     log = out / "commands.log"
     cli = ["hf-entmax"]
-    data = multi30k_flags(Path(arguments.data_dir), "de", "en")
+    data = corpus_flags(Path(arguments.data_dir), "de", "en")
     training = data["train"]
     common = [*data["pair"], *data["evaluation"], "--per_device_train_batch_size", str(arguments.batch_size)]
     common += ["--save_strategy", "no", "--report_to", "none", "--seed", str(arguments.seed), "--disable_tqdm", "True"]

@@ -14,6 +14,8 @@ import torch
 
 
 MULTI30K_TEST = "test_2016_flickr"
+# The file names (before `.<language>`) of Multi30k's training, validation and test splits.
+MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": MULTI30K_TEST}
 
 
 def add_threads_option(parser: argparse.ArgumentParser) -> None:
@@ -66,14 +68,25 @@ def run(command: list[str], log: Path) -> None:
         sys.exit(f"failed ({completed.returncode}): {shlex.join(command)}; see {log}")
 
 
-def multi30k_flags(data_dir: Path, source: str, target: str) -> dict[str, list[str]]:
-    """`hf-entmax train` data flags for Multi30k in one direction: training, and validation + test."""
-    files = {"train": "train", "validation": "val", "test": MULTI30K_TEST}
+def corpus_flags(
+    data_dir: Path, source: str, target: str, split_files: dict[str, str] = MULTI30K_SPLITS
+) -> dict[str, list[str]]:
+    """`hf-entmax train` data flags for a parallel corpus in one direction: training, and validation + test.
+
+    Each split is a pair of line-aligned files ``<name>.<language>`` in ``data_dir``, the name given by
+    ``split_files`` (``{"train": …, "validation": …, "test": …}``; Multi30k's by default). Stops, naming every missing
+    file, before anything is trained."""
+    paths = {
+        split: [data_dir / f"{name}.{source}", data_dir / f"{name}.{target}"] for split, name in split_files.items()
+    }
+    missing = [str(path) for pair in paths.values() for path in pair if not path.is_file()]
+    if missing:
+        expected = ", ".join(f"{split} {name}.{{{source},{target}}}" for split, name in split_files.items())
+        sys.exit(f"missing corpus files: {', '.join(missing)} (expected in {data_dir}: {expected})")
     flags = {"pair": ["--source_lang", source, "--target_lang", target], "train": [], "evaluation": []}
-    for split, name in files.items():
+    for split, (source_path, target_path) in paths.items():
         group = "train" if split == "train" else "evaluation"
-        flags[group] += [f"--{split}_source_file", str(data_dir / f"{name}.{source}")]
-        flags[group] += [f"--{split}_target_file", str(data_dir / f"{name}.{target}")]
+        flags[group] += [f"--{split}_source_file", str(source_path), f"--{split}_target_file", str(target_path)]
     return flags
 
 
@@ -82,11 +95,13 @@ def joined_lines(lines: list[str], k: int) -> list[str]:
     return [" ".join(lines[start : start + k]) for start in range(0, len(lines) - k + 1, k)]
 
 
-def joined_multi30k(data_dir: Path, k: int, languages: list[str], folder: Path) -> Path:
-    """A copy of Multi30k's train, validation and test files in ``folder`` (for ``languages``) with every ``k``
+def joined_corpus(
+    data_dir: Path, k: int, languages: list[str], folder: Path, split_files: dict[str, str] = MULTI30K_SPLITS
+) -> Path:
+    """A copy of the corpus's split files (``split_files``, for ``languages``) in ``folder`` with every ``k``
     consecutive sentences joined into one line: a corpus of inputs ``k`` times as long. Returns ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("train", "val", MULTI30K_TEST):
+    for name in split_files.values():
         for language in languages:
             lines = (data_dir / f"{name}.{language}").read_text(encoding="utf-8").splitlines()
             target = folder / f"{name}.{language}"
