@@ -166,13 +166,14 @@ def main() -> None:
         "test": arguments.test_name,
     }
     out = Path(arguments.output_dir)
+    for direction in arguments.directions:  # every direction's files, before hours of training on the first
+        corpus_flags(Path(arguments.data_dir).resolve(), *direction.split("-"), split_files)
     results = {}
     unrecorded = []
     for direction in arguments.directions:
         source, target = direction.split("-")
         data_dir, corpus = Path(arguments.data_dir).resolve(), direction
         if arguments.join > 1:
-            corpus_flags(data_dir, source, target, split_files)  # the originals must all be there
             joined = out / "data" / f"join{arguments.join}"
             data_dir = joined_corpus(data_dir, arguments.join, [source, target], joined.resolve(), split_files)
             corpus = f"{direction}-join{arguments.join}"
