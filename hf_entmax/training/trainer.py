@@ -93,8 +93,8 @@ def summed_loss_until(log_history: list[dict], steps: int) -> float | None:
     return total if logged_until == steps else None
 
 
-# One logit per head with small gradients: at the model's learning rate α hardly moves in a short run (0.05 in
-# 1,200 steps on Multi30k, where 10× lets the heads settle by step ~900 and gains 0.6 BLEU; see the README).
+# One logit per head, with small gradients: at the model's own learning rate α hardly moves within a run of a few
+# thousand steps, so it learns at a multiple of that rate (docs/benchmarks.md compares multiples).
 DEFAULT_ALPHA_LEARNING_RATE_FACTOR = 10.0
 
 
