@@ -139,7 +139,8 @@ def test_tsv_wrong_column_count(tmp_path, line, found):
         ('{"translation": {"de": "a", "fr": "c"}}', "has no 'en' key \\(keys present: 'de', 'fr'\\)"),
         ('{"translation": {"fr": "c"}}', "has no 'de' or 'en' key \\(keys present: 'fr'\\)"),
         ('{"translation": {"de": "a", "en": 3}}', r"\['en'\] must be a string, got int"),
-        ('{"translation": {"de": null, "en": "b"}}', r"\['de'\] must be a string, got NoneType"),
+        ('{"translation": {"de": "a", "en": "b", "EN": "c"}}', r"2 keys name 'en' \('en', 'EN'\); keep one"),
+        ('{"source": "a", "target": "b", "EN": "c"}', "columns 'target' and 'EN' could both hold the 'en' side"),
     ],
 )
 def test_jsonl_errors(tmp_path, line, message):
@@ -155,7 +156,7 @@ def test_empty_pairs_skipped_with_one_warning(tmp_path, caplog):
         dataset = read_parallel_file(path, "de", "en")
     assert dataset["translation"] == [{"de": "eins", "en": "one"}, {"de": "drei", "en": "three"}]
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
-    assert warnings == [f"skipped 5 lines with an empty source or target in {path} (lines 2, 3, 4, 6, 7)"]
+    assert warnings == [f"skipped 5 of 7 lines (71.4%) with an empty source or target in {path} (lines 2, 3, 4, 6, 7)"]
 
 
 def test_skipped_line_numbers_are_capped(tmp_path, caplog):
@@ -163,7 +164,7 @@ def test_skipped_line_numbers_are_capped(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
         read_parallel_file(path, "de", "en")
     (message,) = [record.getMessage() for record in caplog.records]
-    assert message.startswith("skipped 12 lines")
+    assert message.startswith("skipped 12 of 13 lines (92.3%)")
     assert message.endswith("(lines 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...)")
 
 
@@ -174,15 +175,16 @@ def test_text_pair_skips_empty_lines(tmp_path, caplog):
         dataset = read_text_pair(source, target, "de", "en")
     assert dataset["translation"] == [{"de": "eins", "en": "one"}]
     (message,) = [record.getMessage() for record in caplog.records]
-    assert "skipped 2 lines" in message and "(lines 2, 3)" in message
+    assert "skipped 2 of 3 lines" in message and "(lines 2, 3)" in message
 
 
-def test_jsonl_skips_empty_strings(tmp_path, caplog):
+def test_jsonl_skips_empty_strings_and_nulls(tmp_path, caplog):
     records = [{"translation": {"de": "", "en": "b"}}, {"translation": {"de": "a", "en": "b"}}]
+    records.append({"de": None, "en": "c"})  # pandas' to_json writes a missing value as null
     with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
         dataset = read_parallel_file(write_jsonl(tmp_path / "train.jsonl", records), "de", "en")
     assert dataset["translation"] == [{"de": "a", "en": "b"}]
-    assert "skipped 1 line with an empty source or target" in caplog.text
+    assert "skipped 2 of 3 lines (66.7%) with an empty source or target" in caplog.text
 
 
 def test_empty_dataset_is_an_error(tmp_path):
@@ -399,7 +401,8 @@ def test_csv_missing_values_count_as_empty(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
         dataset = read_parallel_file(path, "de", "en")
     assert dataset["translation"] == [{"de": "eins", "en": "one"}]
-    assert warnings_of(caplog) == [f"skipped 2 lines with an empty source or target in {path} (lines 3, 4)"]
+    expected = f"skipped 2 of 3 lines (66.7%) with an empty source or target in {path} (lines 3, 4)"
+    assert warnings_of(caplog) == [expected]
 
 
 @pytest.mark.parametrize(
@@ -474,7 +477,7 @@ def test_read_parquet_flat_columns_with_missing_values(tmp_path, caplog):
     pq.write_table(table, path)
     with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
         assert read_parallel_file(path, "de", "en")["translation"] == EXPECTED
-    assert warnings_of(caplog) == [f"skipped 2 rows with an empty source or target in {path} (rows 4, 5)"]
+    assert warnings_of(caplog) == [f"skipped 2 of 5 rows (40.0%) with an empty source or target in {path} (rows 4, 5)"]
 
 
 @pytest.mark.parametrize(

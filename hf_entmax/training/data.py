@@ -18,14 +18,19 @@ training script preprocesses every input the same way. Supported inputs:
   ``Dataset.save_to_disk``, which becomes the train split), or a folder ``datasets.load_dataset`` reads; its splits
   ``train``, ``validation`` (or ``valid``, ``dev``, ``val``) and ``test`` are used.
 
-Flat columns (a .csv/.tsv header, flat JSON records, Parquet and dataset columns) are found by name: the two language
-codes in any order and case, else ``source``/``target`` (or ``src``/``tgt``). The first row of a .csv/.tsv file is a
+Language codes are compared ignoring case everywhere (`language_key`): ``--source_lang EN --target_lang en`` name
+one language and are refused. Flat columns (a .csv/.tsv header, flat JSON records, Parquet and dataset columns) are
+found by name: the two language codes in any order and case, else ``source``/``target`` (or ``src``/``tgt``); the keys
+of a ``translation`` record or struct by the language codes in any case. Two columns or keys naming one side, or
+``source``/``target`` beside a column named by one of the codes, are an error. The first row of a .csv/.tsv file is a
 header only if it names the columns so; without one, column 1 is the source and column 2 the target. A first row that
 names other language codes is an error; one of plain words ("English", "text_de") above rows that are not is read as
 a sentence pair with a warning (short pairs such as "Danke<TAB>Thanks" look the same; a word list gets no warning).
 
 Bad input fails before any training starts, with one line naming the file, the 1-based line (or row) and what was
-expected. Pairs with an empty source or target (missing cells included) are skipped with one warning per file.
+expected. Pairs with an empty source or target (missing cells and JSON nulls included) are skipped with one warning
+per file that says how many of how many; a file whose every pair has the same text on both sides is an error (the
+same column or file read twice), one where more than half do is warned about.
 """
 
 import csv
@@ -77,17 +82,27 @@ JSON_DECODER = json.JSONDecoder()
 JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
+def language_key(name: str) -> str:
+    """A language code or column name as every comparison of them sees it: without case or surrounding spaces, so
+    that ``EN``, ``en`` and ``en `` name one language and match one column."""
+    return name.strip().casefold()
+
+
 def check_language_pair(source_lang: str, target_lang: str) -> None:
     """Check that the language codes can serve as the two keys of a translation row.
 
     Raises:
-        HfEntmaxValueError: If a code is not a non-empty string or both codes are the same.
+        HfEntmaxValueError: If a code is not a non-empty string or both name the same language (in any case).
     """
     for flag, lang in (("--source_lang", source_lang), ("--target_lang", target_lang)):
         if not isinstance(lang, str) or not lang.strip():
             raise HfEntmaxValueError(f"{flag} must be a non-empty language code such as 'de' or 'en', got {lang!r}")
-    if source_lang == target_lang:
-        raise HfEntmaxValueError(f"--source_lang and --target_lang must differ, both are {source_lang!r}")
+    if language_key(source_lang) == language_key(target_lang):
+        same = f"both are {source_lang!r}" if source_lang == target_lang else "codes are compared ignoring case"
+        raise HfEntmaxValueError(
+            f"--source_lang {source_lang} and --target_lang {target_lang} name the same language ({same}, as "
+            "columns are matched); give two different codes"
+        )
 
 
 def read_parallel_file(path: PathLike, source_lang: str, target_lang: str) -> Dataset:
@@ -290,13 +305,16 @@ def load_parallel_data(data_args: DataArguments) -> tuple[DatasetDict, str, str]
     if data_args.uses_synthetic_data():
         source_lang = data_args.source_lang or synthetic.SOURCE_LANG
         target_lang = data_args.target_lang or synthetic.TARGET_LANG
-        if (source_lang, target_lang) != (synthetic.SOURCE_LANG, synthetic.TARGET_LANG):
+        asked = (language_key(source_lang), language_key(target_lang))
+        if asked != (synthetic.SOURCE_LANG, synthetic.TARGET_LANG):
             raise HfEntmaxValueError(
                 f"without data arguments the built-in synthetic pair is used, which translates "
                 f"{synthetic.SOURCE_LANG} -> {synthetic.TARGET_LANG}; got --source_lang {source_lang} "
                 f"--target_lang {target_lang}. Give --train_file (or a dataset) to train another pair"
             )
-        return synthetic.synthetic_splits(num_train=data_args.synthetic_train_size), source_lang, target_lang
+        # Its rows are keyed by its own codes, whatever their case on the command line.
+        splits = synthetic.synthetic_splits(num_train=data_args.synthetic_train_size)
+        return splits, synthetic.SOURCE_LANG, synthetic.TARGET_LANG
 
     if data_args.source_lang is None or data_args.target_lang is None:
         raise HfEntmaxValueError(
@@ -354,6 +372,7 @@ def dataset_to_translation(dataset: Dataset, description: str, source_lang: str,
         HfEntmaxValueError: If the columns are missing or do not hold strings, or no pair is left after skipping
             empty ones.
     """
+    check_language_pair(source_lang, target_lang)
     # The arrow format hands over the (memory-mapped) table without turning rows into Python objects.
     sources, targets = _table_sides(dataset.with_format("arrow")[:], description, source_lang, target_lang)
     return _build_dataset(sources, targets, description, source_lang, target_lang)
@@ -376,16 +395,41 @@ def limit_samples(dataset: Dataset, max_samples: int | None) -> Dataset:
 
 def _side_columns(names: Sequence[str], source_lang: str, target_lang: str, where: str) -> tuple[int, int] | None:
     """Positions of the source and target columns among ``names``: those named by the language codes, else
-    ``source``/``target`` or ``src``/``tgt``, ignoring case and surrounding spaces; None if no such pair is there."""
-    folded = [name.strip().casefold() for name in names]
-    for source_name, target_name in ((source_lang, target_lang), *SIDE_NAMES):
-        source_name, target_name = source_name.casefold(), target_name.casefold()
-        if source_name in folded and target_name in folded:
-            for name in (source_name, target_name):
-                if folded.count(name) > 1:
-                    raise HfEntmaxValueError(f"{where}: {folded.count(name)} columns are named {name!r}; keep one")
-            return folded.index(source_name), folded.index(target_name)
+    ``source``/``target`` or ``src``/``tgt`` (compared by `language_key`); None if no such pair is there.
+
+    Raises:
+        HfEntmaxValueError: If two columns name one side, or ``source``/``target`` are used while another column is
+            named by one of the language codes (either could hold that side).
+    """
+    languages = [_find_name(names, lang, where, "columns") for lang in (source_lang, target_lang)]
+    if None not in languages:
+        return languages[0], languages[1]
+    for source_name, target_name in SIDE_NAMES:
+        sides = [_find_name(names, name, where, "columns") for name in (source_name, target_name)]
+        if None in sides:
+            continue
+        for side, language, lang in zip(sides, languages, (source_lang, target_lang), strict=True):
+            if language is not None:
+                raise HfEntmaxValueError(
+                    f"{where}: columns {names[side]!r} and {names[language]!r} could both hold the {lang!r} side; "
+                    "rename or remove one"
+                )
+        return sides[0], sides[1]
     return None
+
+
+def _find_name(names: Sequence[str], name: str, where: str, what: str) -> int | None:
+    """The position of the one entry of ``names`` that is ``name`` by `language_key`, None if there is none.
+
+    Raises:
+        HfEntmaxValueError: If several are (``en`` and ``EN``), naming them as ``what`` ("columns", "keys").
+    """
+    key = language_key(name)
+    found = [index for index, candidate in enumerate(names) if language_key(candidate) == key]
+    if len(found) > 1:
+        listed = ", ".join(repr(names[index]) for index in found)
+        raise HfEntmaxValueError(f"{where}: {len(found)} {what} name {name!r} ({listed}); keep one")
+    return found[0] if found else None
 
 
 def _delimited_records(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
@@ -476,9 +520,9 @@ def _header_columns(cells: list[str], where: str, source_lang: str, target_lang:
     if header is not None:
         return header
     names = [cell.strip() for cell in cells]
-    asked = {source_lang.casefold(), target_lang.casefold()}
+    asked = {language_key(source_lang), language_key(target_lang)}
     # Both cells codes and one of them ours: a header for another pair (a pair of sentences could hardly be that).
-    if all(LANGUAGE_CODE.fullmatch(name) for name in names) and asked & {name.casefold() for name in names}:
+    if all(LANGUAGE_CODE.fullmatch(name) for name in names) and asked & {language_key(name) for name in names}:
         raise HfEntmaxValueError(
             f"{where}: the header names the languages {', '.join(map(repr, names))}, but --source_lang {source_lang} "
             f"--target_lang {target_lang} asks for columns {source_lang!r} and {target_lang!r}"
@@ -603,13 +647,15 @@ def _record_pair(record: object, where: str, source_lang: str, target_lang: str)
             raise HfEntmaxValueError(
                 f'{where}: "translation" must map language codes to sentences, got {type(translation).__name__}'
             )
-        missing = [lang for lang in (source_lang, target_lang) if lang not in translation]
+        keys = list(translation)
+        found = [_find_name(keys, lang, f'{where}: "translation"', "keys") for lang in (source_lang, target_lang)]
+        missing = [lang for lang, index in zip((source_lang, target_lang), found, strict=True) if index is None]
         if missing:
             raise HfEntmaxValueError(
                 f'{where}: "translation" has no {" or ".join(map(repr, missing))} key (keys present: '
                 f"{', '.join(map(repr, translation)) or 'none'})"
             )
-        sides = [(f'"translation"[{lang!r}]', translation[lang]) for lang in (source_lang, target_lang)]
+        sides = [(f'"translation"[{keys[index]!r}]', translation[keys[index]]) for index in found]
     else:
         keys = list(record) if isinstance(record, dict) else []
         columns = _side_columns(keys, source_lang, target_lang, where) if isinstance(record, dict) else None
@@ -622,9 +668,10 @@ def _record_pair(record: object, where: str, source_lang: str, target_lang: str)
             )
         sides = [(f"key {keys[column]!r}", record[keys[column]]) for column in columns]
     for name, value in sides:
-        if not isinstance(value, str):
+        if value is not None and not isinstance(value, str):
             raise HfEntmaxValueError(f"{where}: {name} must be a string, got {type(value).__name__}")
-    return sides[0][1], sides[1][1]
+    # A null is a missing sentence, skipped like an empty one (as a missing .csv cell or Parquet null).
+    return sides[0][1] or "", sides[1][1] or ""
 
 
 def _read_parquet(path: Path, source_lang: str, target_lang: str) -> Dataset:
@@ -652,13 +699,15 @@ def _table_sides(
                 "language code (a datasets.Translation feature)"
             )
         fields = [column.type.field(index).name for index in range(column.type.num_fields)]
-        missing = [lang for lang in (source_lang, target_lang) if lang not in fields]
+        where = f"{description}: column 'translation'"
+        found = [_find_name(fields, lang, where, "fields") for lang in (source_lang, target_lang)]
+        missing = [lang for lang, index in zip((source_lang, target_lang), found, strict=True) if index is None]
         if missing:
             raise HfEntmaxValueError(
                 f"{description}: column 'translation' has no {' or '.join(map(repr, missing))} field "
                 f"(fields: {', '.join(map(repr, fields)) or 'none'})"
             )
-        sides = [(f"'translation'.{lang}", pc.struct_field(column, lang)) for lang in (source_lang, target_lang)]
+        sides = [(f"'translation'.{fields[index]}", pc.struct_field(column, index)) for index in found]
     else:
         columns = _side_columns(names, source_lang, target_lang, description)
         if columns is None:
@@ -720,18 +769,35 @@ def _build_dataset(
     empty = pc.or_(pc.equal(pc.utf8_length(sources), 0), pc.equal(pc.utf8_length(targets), 0))
     num_skipped = pc.sum(empty).as_py() or 0
     noun = "line" if line_numbers is not None else "row"
+
+    def positions(mask: pa.ChunkedArray | pa.Array, total: int) -> str:
+        first = pc.indices_nonzero(mask)[:MAX_LISTED_LINES].to_pylist()
+        numbers = [line_numbers[index] if line_numbers is not None else index + 1 for index in first]
+        return f"{noun if total == 1 else noun + 's'} {listed_lines(numbers, total)}"
+
     if num_skipped:
-        first_skipped = pc.indices_nonzero(empty)[:MAX_LISTED_LINES].to_pylist()
-        positions = [line_numbers[index] if line_numbers is not None else index + 1 for index in first_skipped]
-        nouns = noun if num_skipped == 1 else noun + "s"
         logger.warning(
-            f"skipped {num_skipped} {nouns} with an empty source or target in {description} "
-            f"({nouns} {listed_lines(positions, num_skipped)})"
+            f"skipped {num_skipped:,} of {len(empty):,} {noun}s ({num_skipped / len(empty):.1%}) with an empty source "
+            f"or target in {description} ({positions(empty, num_skipped)})"
         )
     if num_skipped == len(empty):
         raise HfEntmaxValueError(
             f"{description} contains no sentence pairs"
             + (f" ({num_skipped} {noun}s had an empty source or target)" if num_skipped else f" (no {noun}s at all)")
+        )
+    # Both sides the same text: one column (or file) read as both, which would train a model to copy.
+    same = pc.and_(pc.equal(sources, targets), pc.invert(empty))
+    num_same, num_pairs = pc.sum(same).as_py() or 0, len(empty) - num_skipped
+    if num_same == num_pairs:
+        raise HfEntmaxValueError(
+            f"{description}: every pair has the same {source_lang!r} and {target_lang!r} text "
+            f"({positions(same, num_same)}): the source and target columns (or files) hold the same sentences"
+        )
+    if num_same > num_pairs / 2:
+        logger.warning(
+            f"{num_same:,} of the {num_pairs:,} pairs in {description} have the same {source_lang!r} and "
+            f"{target_lang!r} text ({positions(same, num_same)}); check that the source and target columns hold "
+            "different languages"
         )
     pairs = pa.table({"source": sources, "target": targets}).filter(pc.invert(empty))
     translation = pa.chunked_array(
