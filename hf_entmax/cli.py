@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from .commands import analyze, convert, demo, export, push, sparsefinder, train, translate
-from .errors import HfEntmaxError
+from .errors import HfEntmaxError, HfEntmaxInterrupted, describe_os_error
 
 
 SUBCOMMANDS = {
@@ -28,8 +28,16 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+# Exit codes: 0 done, 1 an error (one line on stderr), 2 no or an unknown command, 130 stopped by Ctrl-C (128 + SIGINT,
+# as shells report it).
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand. Known errors print one line (set HF_ENTMAX_DEBUG=1 for the traceback)."""
+    """Run one subcommand. Every error a user or the machine can cause prints one line: the errors the commands
+    foresee, and as a last resort any OSError (a full disk, a read-only folder) and Ctrl-C. Set HF_ENTMAX_DEBUG=1 for
+    the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
@@ -46,11 +54,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return SUBCOMMANDS[name].main(arguments)
+    except (HfEntmaxInterrupted, KeyboardInterrupt) as error:
+        if os.environ.get("HF_ENTMAX_DEBUG"):
+            raise
+        kept = f": {error}" if isinstance(error, HfEntmaxInterrupted) else ""
+        print(f"hf-entmax {name}: interrupted{kept}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except HfEntmaxError as error:
         if os.environ.get("HF_ENTMAX_DEBUG"):
             raise
         print(f"hf-entmax {name}: error: {error}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
+    except BrokenPipeError:
+        # The reader of standard output went away (`hf-entmax translate ... | head`): nothing left to say to it.
+        # Python would report the pipe again when it flushes stdout at exit, so stdout points at devnull from here.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    except OSError as error:
+        if os.environ.get("HF_ENTMAX_DEBUG"):
+            raise
+        print(f"hf-entmax {name}: error: {describe_os_error(error)}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from ..errors import HfEntmaxValueError, one_line
 from ..hub.model_card import write_training_card
 from ..training.arguments import DataArguments, ModelArguments, TrainingArguments
 from ..training.recipes import choose_recipe, recipe_flags
-from ..training.run import train
+from ..training.run import claimed_output_dir, train
 from .parsing import OneLineErrors, unknown_flags_message
 
 
@@ -201,10 +201,11 @@ def print_summary(summary: dict, output_dir: str) -> None:
 
 def run_training(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
     """`hf_entmax.training.run.train`, then the model card (README.md) of a run that trained, written once (by the
-    main process of a distributed run). Returns the run's summary."""
-    summary = train(model_args, data_args, training_args)
-    if summary["did_train"] and training_args.process_index == 0:
-        write_training_card(training_args.output_dir)
+    main process of a distributed run), with the output folder held throughout. Returns the run's summary."""
+    with claimed_output_dir(model_args, training_args):
+        summary = train(model_args, data_args, training_args)
+        if summary["did_train"] and training_args.process_index == 0:
+            write_training_card(training_args.output_dir)
     return summary
 
 

@@ -11,10 +11,11 @@ lines to split.
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -24,8 +25,9 @@ from tqdm.auto import tqdm
 from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..common.model_folder import MODEL_TYPE_NAMES, check_model_folder, load_config, load_pretrained, load_tokenizer
+from ..common.outputs import line_output, same_file, write_text_atomically
 from ..common.text_files import listed_lines, read_aligned_lines, read_lines
-from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError, last_line
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxValueError, last_line
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..modeling.sparsefinder_attention import PREDICTOR_FILE, SparsefinderPredictor, split_sparsity_settings
 from ..training.metrics import corpus_scores
@@ -35,6 +37,9 @@ from .parsing import CommandParser
 logger = logging.getLogger(__name__)
 
 HELP = "translate a text file line by line; with --reference, score BLEU and chrF"
+# Lines are sorted by length within blocks of this many batches (see `iter_translations`): enough for batches of
+# similar lengths, few enough that the output advances steadily.
+BATCHES_PER_BLOCK = 64
 
 
 def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
@@ -211,6 +216,35 @@ def translate_lines(
         HfEntmaxValueError: If a number is not a positive integer, or ``max_new_tokens`` needs more decoder
             positions than the model has.
     """
+    return list(
+        iter_translations(
+            model,
+            tokenizer,
+            lines,
+            num_beams=num_beams,
+            batch_size=batch_size,
+            max_new_tokens=max_new_tokens,
+            progress=progress,
+        )
+    )
+
+
+def iter_translations(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    lines: Sequence[str],
+    *,
+    num_beams: int | None = None,
+    batch_size: int = 32,
+    max_new_tokens: int | None = None,
+    progress: bool = True,
+) -> Iterator[str]:
+    """`translate_lines`, yielding each line's translation in input order as soon as it and the lines before it are
+    done: a long file's first translations can be written (and kept, if the run is stopped) before its last ones.
+
+    Lines are translated in blocks of `BATCHES_PER_BLOCK` batches, sorted by length within a block, so that batches
+    hold sentences of similar length (little padding) while the output still advances in input order.
+    """
     check_generation_arguments(num_beams=num_beams, batch_size=batch_size, max_new_tokens=max_new_tokens)
     generate_kwargs = {}
     if num_beams is not None:
@@ -240,28 +274,34 @@ def translate_lines(
             f"{len(too_long)} line(s): {listed_lines(too_long)}; split those lines to translate them whole"
         )
 
-    # Longest first: a batch too large for memory fails at the start, not at the end.
-    order = sorted(sentences, key=token_counts.__getitem__, reverse=True)
-    translations = [""] * len(lines)
+    block_size = batch_size * BATCHES_PER_BLOCK
     with (
         torch.inference_mode(),
-        tqdm(total=len(order), desc="Translating", unit="sentence", disable=not progress) as bar,
+        tqdm(total=len(sentences), desc="Translating", unit="sentence", disable=not progress) as bar,
     ):
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            inputs = tokenizer(
-                [sentences[index] for index in batch],
-                padding=True,
-                truncation=True,
-                max_length=max_source_length,
-                return_tensors="pt",
-            ).to(model.device)
-            output_ids = model.generate(**inputs, **generate_kwargs)  # (len(batch), output length)
-            for index, text in zip(batch, tokenizer.batch_decode(output_ids, skip_special_tokens=True), strict=True):
-                # One translation a line is the output's contract, whatever the vocabulary can spell.
-                translations[index] = text.replace("\r", " ").replace("\n", " ").strip()
-            bar.update(len(batch))
-    return translations
+        for block_start in range(0, len(lines), block_size):
+            block = range(block_start, min(block_start + block_size, len(lines)))
+            translations = {index: "" for index in block}
+            # Longest first: a batch too large for memory fails at the start, not at the end.
+            order = sorted(
+                (index for index in block if index in sentences), key=token_counts.__getitem__, reverse=True
+            )
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                inputs = tokenizer(
+                    [sentences[index] for index in batch],
+                    padding=True,
+                    truncation=True,
+                    max_length=max_source_length,
+                    return_tensors="pt",
+                ).to(model.device)
+                output_ids = model.generate(**inputs, **generate_kwargs)  # (len(batch), output length)
+                decoded = tokenizer.batch_decode(output_ids, skip_special_tokens=True)
+                for index, text in zip(batch, decoded, strict=True):
+                    # One translation a line is the output's contract, whatever the vocabulary can spell.
+                    translations[index] = text.replace("\r", " ").replace("\n", " ").strip()
+                bar.update(len(batch))
+            yield from translations.values()
 
 
 def use_operating_point(
@@ -334,7 +374,7 @@ def run(args: argparse.Namespace) -> int:
         if Path(path).is_dir():
             raise HfEntmaxValueError(f"{flag} {path} is a folder; expected a file name")
         for other_flag, other in files.items():
-            if other and Path(path).resolve() == Path(other).resolve():
+            if other and same_file(path, other):
                 raise HfEntmaxValueError(f"{flag} {path} is the {other_flag} file; write {written} elsewhere")
         files[flag] = path
 
@@ -346,30 +386,35 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise HfEntmaxValueError(f"--sparsefinder: {error}") from None
 
-    model, tokenizer = load_translation_model(args.model, device, progress=args.progress)
-    if args.sparsefinder:
-        use_operating_point(model, args.sparsefinder, args.sparsefinder_predictor, args.model)
-    translations = translate_lines(
-        model,
-        tokenizer,
-        sources,
-        num_beams=args.num_beams,
-        batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens,
-        progress=args.progress,
-    )
+    # The output file is opened (created under a temporary name) before the model loads: a folder that cannot be
+    # written fails now, not after the translation. Lines are written in input order as their block is done.
+    translations: list[str] = []
+    try:
+        file = line_output(Path(args.output), "--output") if args.output else contextlib.nullcontext(StandardOutput())
+        with file as output:
+            model, tokenizer = load_translation_model(args.model, device, progress=args.progress)
+            if args.sparsefinder:
+                use_operating_point(model, args.sparsefinder, args.sparsefinder_predictor, args.model)
+            for translation in iter_translations(
+                model,
+                tokenizer,
+                sources,
+                num_beams=args.num_beams,
+                batch_size=args.batch_size,
+                max_new_tokens=args.max_new_tokens,
+                progress=args.progress,
+            ):
+                output.write(f"{translation}\n")
+                translations.append(translation)
+    except KeyboardInterrupt:
+        where = f"--output {args.output} holds" if args.output else "standard output got"
+        kept = f"{where} the translations of the first {len(translations):,} of {len(sources):,} lines"
+        raise HfEntmaxInterrupted(kept if translations else "nothing was translated yet") from None
 
     # Standard output carries only the translations unless they go to a file.
     messages = sys.stdout if args.output else sys.stderr
-    text = "".join(f"{translation}\n" for translation in translations)
     if args.output:
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-        print(f"Wrote {len(translations)} lines to {output}.", file=messages)
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        print(f"Wrote {len(translations)} lines to {args.output}.", file=messages)
 
     if references is not None:
         scores = corpus_scores(
@@ -381,10 +426,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"(on {scores['lines_scored']} of {len(sources)} lines)", file=messages)
         if args.metrics_file:
             metrics = {**scores, "model": args.model, "input": args.input, "reference": args.reference}
-            metrics_path = Path(args.metrics_file)
-            metrics_path.parent.mkdir(parents=True, exist_ok=True)
-            metrics_path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+            write_text_atomically(Path(args.metrics_file), json.dumps(metrics, indent=2) + "\n", flag="--metrics_file")
     return 0
+
+
+class StandardOutput:
+    """Standard output as the translations' file (see `line_output`): each line shows as soon as it is written."""
+
+    @staticmethod
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

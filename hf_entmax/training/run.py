@@ -10,9 +10,12 @@ self-contained folder with the files run_translation.py writes. The model card (
 above, which knows where the model goes: `hf-entmax train` calls `hf_entmax.hub.model_card.write_training_card`.
 """
 
+import contextlib
 import json
 import logging
 import math
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +31,12 @@ from transformers import (
     set_seed,
 )
 
+from ..common.outputs import (
+    OWN_ENTRIES,
+    claimed_output_folder,
+    staged_outputs,
+    write_failures_reported,
+)
 from ..common.records import (
     ALPHA_HISTORY_FILE,
     CONVERTED_TAG,
@@ -37,7 +46,7 @@ from ..common.records import (
     SYNTHETIC_DATA,
     framework_versions,
 )
-from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
+from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxValueError
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .arguments import DataArguments, ModelArguments
 from .data import limit_samples, load_parallel_data
@@ -186,38 +195,52 @@ def last_complete_checkpoint(output_dir: Path) -> Path | None:
     return None
 
 
-# What a run writes before anything else (the tokenizer), and what marks a folder as an earlier run's.
+# What a run writes before anything else: the tokenizer (a folder of these and checkpoints is a run's).
 _FIRST_FILES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
-_RUN_MARKERS = (SUMMARY_FILE, "trainer_state.json")
 
 
-def check_output_dir(output_dir: Path, model_name_or_path: str | None, overwrite: bool) -> None:
-    """Refuse to write where a run would replace what it did not write.
+def holds_only_checkpoints(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing but a run's tokenizer files and AdaptiveEntmaxMarian ``checkpoint-<step>``
+    folders: an earlier run killed before it finished, or checkpoints copied to resume from, written before output
+    folders had markers."""
+    for entry in folder.iterdir():
+        if entry.name in _FIRST_FILES or entry.name in OWN_ENTRIES:
+            continue
+        step = entry.name.removeprefix("checkpoint-")
+        if not (entry.is_dir() and step.isdigit()):
+            return False
+        try:
+            model_type = json.loads((entry / "config.json").read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            return False
+        if model_type != AdaptiveEntmaxMarianMTModel.config_class.model_type:
+            return False
+    return True
+
+
+def claimed_output_dir(model_args: ModelArguments, training_args: Seq2SeqTrainingArguments):
+    """``--output_dir`` held for this run (`claimed_output_folder`): a folder the run creates, an earlier run's (by
+    its marker, or `holds_only_checkpoints`), or any with ``--overwrite_output_dir``; never the model trained from.
 
     Raises:
-        HfEntmaxValueError: ``output_dir`` is a file, is the model being fine-tuned, or holds files that are not from
-            an earlier hf-entmax run (unless ``overwrite``, i.e. ``--overwrite_output_dir``).
+        HfEntmaxValueError: a file, the starting model, or a folder of other files; another run holds it.
+        HfEntmaxWriteError: it cannot be created.
     """
-    if output_dir.exists() and not output_dir.is_dir():
-        raise HfEntmaxValueError(f"--output_dir {output_dir} is a file; give a folder")
-    if model_name_or_path is not None and Path(model_name_or_path).exists():
-        if Path(model_name_or_path).resolve() == output_dir.resolve():
-            raise HfEntmaxValueError(
-                f"--output_dir {output_dir} is the model being trained from (--model_name_or_path): write the new "
-                "model to another folder"
-            )
-    if overwrite or not output_dir.is_dir():
-        return
-    entries = {path.name for path in output_dir.iterdir()}
-    earlier_run = any(name in entries for name in _RUN_MARKERS) or any(
-        name.startswith("checkpoint-") for name in entries
-    )
-    if entries and not earlier_run and not entries <= _FIRST_FILES:
-        listed = ", ".join(sorted(entries)[:5]) + (", …" if len(entries) > 5 else "")
+    output_dir = Path(training_args.output_dir)
+    start = model_args.model_name_or_path
+    if start is not None and Path(start).exists() and Path(start).resolve() == output_dir.resolve():
         raise HfEntmaxValueError(
-            f"--output_dir {output_dir} holds files that are not from a hf-entmax run ({listed}); choose a new "
-            "folder, or give --overwrite_output_dir to write into it anyway"
+            f"--output_dir {output_dir} is the model being trained from (--model_name_or_path): write the new "
+            "model to another folder"
         )
+    return claimed_output_folder(
+        output_dir,
+        "train",
+        "--output_dir",
+        overwrite=bool(getattr(training_args, "overwrite_output_dir", False)),
+        earlier_output=holds_only_checkpoints,
+        main_process=training_args.process_index == 0,
+    )
 
 
 def resolve_checkpoint(training_args: Seq2SeqTrainingArguments) -> str | None:
@@ -351,6 +374,145 @@ def write_predictions(path: Path, predictions: np.ndarray, tokenizer: PreTrained
     path.write_text("".join(" ".join(text.split()) + "\n" for text in texts), encoding="utf-8")
 
 
+def run_stages(
+    trainer: AdaptiveEntmaxTrainer,
+    stages: Stages,
+    tokenized: datasets.DatasetDict,
+    train_result: transformers.trainer_utils.TrainOutput | None,
+    staging: Path,
+    num_beams: int,
+    max_length: int,
+) -> dict:
+    """Save the trained model and evaluate and predict as ``stages`` ask, writing every file into ``staging`` (the
+    trainer writes there, see `trainer_writes_to`); returns the metrics of all stages."""
+    metrics = {}
+    if stages.train:
+        trainer.save_model()
+        train_metrics = dict(train_result.metrics, train_samples=len(tokenized["train"]))
+        trainer.log_metrics("train", train_metrics)
+        trainer.save_metrics("train", train_metrics)
+        trainer.save_state()
+        metrics.update(
+            {key if key.startswith("train_") else f"train_{key}": value for key, value in train_metrics.items()}
+        )
+    if stages.evaluate:
+        eval_metrics = trainer.evaluate(metric_key_prefix="eval", num_beams=num_beams, max_length=max_length)
+        eval_metrics["eval_samples"] = len(tokenized["validation"])
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)
+        metrics.update(eval_metrics)
+    if stages.predict:
+        prediction = trainer.predict(
+            tokenized["test"], metric_key_prefix="test", num_beams=num_beams, max_length=max_length
+        )
+        test_metrics = dict(prediction.metrics, test_samples=len(tokenized["test"]))
+        trainer.log_metrics("test", test_metrics)
+        trainer.save_metrics("test", test_metrics)
+        metrics.update(test_metrics)
+        if trainer.is_world_process_zero():
+            write_predictions(staging / PREDICTIONS_FILE, prediction.predictions, trainer.processing_class)
+    return metrics
+
+
+@dataclass
+class RunFacts:
+    """What a run settled before training, for its summary."""
+
+    output_dir: Path
+    source_lang: str
+    target_lang: str
+    tokenizer_description: str
+    start: StartingPoint
+    stages: Stages
+    num_beams: int
+
+
+def run_summary(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: Seq2SeqTrainingArguments,
+    trainer: AdaptiveEntmaxTrainer,
+    facts: RunFacts,
+    tokenized: datasets.DatasetDict,
+    metrics: dict,
+) -> dict:
+    """The run's summary (``training_summary.json``), as plain values."""
+    model = trainer.model
+    start = facts.start
+    base_is_local = start.name is not None and Path(start.name).expanduser().exists()
+    return {
+        "model_name": facts.output_dir.resolve().name,
+        "source_lang": facts.source_lang,
+        "target_lang": facts.target_lang,
+        "data": describe_data(data_args),
+        "dataset_config_name": data_args.dataset_config_name,
+        "num_examples": {split_name: len(split) for split_name, split in tokenized.items()},
+        # Source plus target tokens of an average training pair: turns examples/s into tokens/s.
+        "mean_tokens_per_example": mean_tokens_per_example(tokenized["train"]) if "train" in tokenized else None,
+        # A local folder is recorded by its name: the summary is published with the model.
+        "base_model": Path(start.name).name if base_is_local else start.name,
+        "base_model_is_local": base_is_local,
+        "base_model_type": None if start.kind == "fresh" else start.kind,
+        "base_model_converted": converted_from_marian(start),
+        "model_size": model_args.model_size if start.kind == "fresh" else None,
+        "num_parameters": model.num_parameters(),
+        "global_step": trainer.state.global_step,
+        "world_size": training_args.world_size,
+        "did_train": facts.stages.train,
+        "metrics": {
+            key: value for key, value in metrics.items() if isinstance(value, (int, float)) and math.isfinite(value)
+        },
+        "sacrebleu_signatures": sacrebleu_signatures(),
+        "alphas": {kind: alphas.tolist() for kind, alphas in model.get_alphas().items()},
+        "alpha_settings": {
+            kind: vars(model.config.alpha_settings(kind)) for kind in ("encoder_self", "decoder_self", "cross")
+        },
+        "attention_scales": {
+            kind: {"beta": scales["beta"].tolist(), "gamma": scales["gamma"].tolist(), "offset": scales["offset"]}
+            for kind, scales in model.get_attention_scales().items()
+        },
+        "recipe": model_args.recipe if facts.stages.train else None,  # an evaluation-only run used no recipe
+        "hyperparameters": hyperparameters(model_args, training_args, trainer, facts.num_beams),
+        "evaluations": evaluations(trainer.state.log_history),
+        "tokenizer": facts.tokenizer_description,
+        "preprocessing": {
+            "max_source_length": data_args.max_source_length,
+            "max_target_length": data_args.max_target_length,
+            "val_max_target_length": data_args.val_max_target_length,
+            "source_prefix": data_args.source_prefix,
+        },
+        "framework_versions": framework_versions(),
+    }
+
+
+def write_run_records(folder: Path, summary: dict, log_history: list[dict], trained: bool) -> None:
+    """The summary, and for a run that trained the α (and scale) history, into ``folder``."""
+    (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    if trained:
+        (folder / ALPHA_HISTORY_FILE).write_text(json.dumps(alpha_history(log_history)) + "\n")
+        scales = scale_history(log_history)
+        if scales["beta"]:
+            (folder / SCALE_HISTORY_FILE).write_text(json.dumps(scales) + "\n")
+        # Trainer pickles its arguments next to the model; the folder is meant for the Hub, which should get
+        # safetensors and JSON only (each checkpoint-* keeps its copy, training_summary.json the values).
+        (folder / "training_args.bin").unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def trainer_writes_to(trainer: AdaptiveEntmaxTrainer, folder: Path) -> Iterator[None]:
+    """While the block runs, Trainer's writers (`save_model`, `save_metrics`, `save_state`) write into ``folder``
+    instead of ``--output_dir``: the staging folder of the run's final outputs. ``all_results.json`` starts as the
+    output folder's, which `save_metrics` adds to."""
+    output_dir = Path(trainer.args.output_dir)
+    if trainer.is_world_process_zero() and (output_dir / "all_results.json").is_file():
+        shutil.copyfile(output_dir / "all_results.json", folder / "all_results.json")
+    trainer.args.output_dir = str(folder)
+    try:
+        yield
+    finally:
+        trainer.args.output_dir = str(output_dir)
+
+
 def train(model_args: ModelArguments, data_args: DataArguments, training_args: Seq2SeqTrainingArguments) -> dict:
     """Train, evaluate and predict as the stages ask; returns the run's summary (also in ``training_summary.json``).
 
@@ -358,12 +520,27 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
     and ``pipeline("translation", model=folder, trust_remote_code=True)``, also without hf_entmax. Its model card
     (README.md) is one more call: ``hf_entmax.hub.model_card.write_training_card(training_args.output_dir)``.
     """
-    output_dir = Path(training_args.output_dir)
-    check_output_dir(output_dir, model_args.model_name_or_path, getattr(training_args, "overwrite_output_dir", False))
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise HfEntmaxValueError(f"--output_dir {output_dir}: cannot create it ({error.strerror})") from None
+    with claimed_output_dir(model_args, training_args) as output_dir:
+        try:
+            with write_failures_reported(output_dir, "--output_dir"):
+                return _train(model_args, data_args, training_args, output_dir)
+        except KeyboardInterrupt:
+            last = last_complete_checkpoint(output_dir)
+            resume = (
+                f"resume from {last.name} with --resume_from_checkpoint true" if last else "no checkpoint to resume"
+            )
+            raise HfEntmaxInterrupted(
+                f"--output_dir {output_dir}: what was written before is intact ({resume})"
+            ) from None
+
+
+def _train(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: Seq2SeqTrainingArguments,
+    output_dir: Path,
+) -> dict:
+    """`train` in the output folder it holds."""
     transformers.utils.logging.set_verbosity_warning()
     set_seed(training_args.seed)
     checkpoint = resolve_checkpoint(training_args)
@@ -430,86 +607,24 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
             for line in scaling_lines:
                 print(f"  {line}")
 
-    metrics = {}
-    if stages.train:
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        trainer.save_model(str(output_dir))
-        train_metrics = dict(train_result.metrics, train_samples=len(tokenized["train"]))
-        trainer.log_metrics("train", train_metrics)
-        trainer.save_metrics("train", train_metrics)
-        trainer.save_state()
-        metrics.update(
-            {key if key.startswith("train_") else f"train_{key}": value for key, value in train_metrics.items()}
-        )
-    if stages.evaluate:
-        eval_metrics = trainer.evaluate(metric_key_prefix="eval", num_beams=num_beams, max_length=max_length)
-        eval_metrics["eval_samples"] = len(tokenized["validation"])
-        trainer.log_metrics("eval", eval_metrics)
-        trainer.save_metrics("eval", eval_metrics)
-        metrics.update(eval_metrics)
-    if stages.predict:
-        prediction = trainer.predict(
-            tokenized["test"], metric_key_prefix="test", num_beams=num_beams, max_length=max_length
-        )
-        test_metrics = dict(prediction.metrics, test_samples=len(tokenized["test"]))
-        trainer.log_metrics("test", test_metrics)
-        trainer.save_metrics("test", test_metrics)
-        metrics.update(test_metrics)
-        if trainer.is_world_process_zero():
-            write_predictions(output_dir / PREDICTIONS_FILE, prediction.predictions, tokenizer)
-
-    base_is_local = start.name is not None and Path(start.name).expanduser().exists()
-    summary = {
-        "model_name": output_dir.resolve().name,
-        "source_lang": source_lang,
-        "target_lang": target_lang,
-        "data": describe_data(data_args),
-        "dataset_config_name": data_args.dataset_config_name,
-        "num_examples": {split_name: len(split) for split_name, split in tokenized.items()},
-        # Source plus target tokens of an average training pair: turns examples/s into tokens/s.
-        "mean_tokens_per_example": mean_tokens_per_example(tokenized["train"]) if "train" in tokenized else None,
-        # A local folder is recorded by its name: the summary is published with the model.
-        "base_model": Path(start.name).name if base_is_local else start.name,
-        "base_model_is_local": base_is_local,
-        "base_model_type": None if start.kind == "fresh" else start.kind,
-        "base_model_converted": converted_from_marian(start),
-        "model_size": model_args.model_size if start.kind == "fresh" else None,
-        "num_parameters": model.num_parameters(),
-        "global_step": trainer.state.global_step,
-        "world_size": training_args.world_size,
-        "did_train": stages.train,
-        "metrics": {
-            key: value for key, value in metrics.items() if isinstance(value, (int, float)) and math.isfinite(value)
-        },
-        "sacrebleu_signatures": sacrebleu_signatures(),
-        "alphas": {kind: alphas.tolist() for kind, alphas in model.get_alphas().items()},
-        "alpha_settings": {
-            kind: vars(model.config.alpha_settings(kind)) for kind in ("encoder_self", "decoder_self", "cross")
-        },
-        "attention_scales": {
-            kind: {"beta": scales["beta"].tolist(), "gamma": scales["gamma"].tolist(), "offset": scales["offset"]}
-            for kind, scales in model.get_attention_scales().items()
-        },
-        "recipe": model_args.recipe if stages.train else None,  # an evaluation-only run used no recipe
-        "hyperparameters": hyperparameters(model_args, training_args, trainer, num_beams),
-        "evaluations": evaluations(trainer.state.log_history),
-        "tokenizer": tokenizer_description,
-        "preprocessing": {
-            "max_source_length": data_args.max_source_length,
-            "max_target_length": data_args.max_target_length,
-            "val_max_target_length": data_args.val_max_target_length,
-            "source_prefix": data_args.source_prefix,
-        },
-        "framework_versions": framework_versions(),
-    }
-    if trainer.is_world_process_zero():
-        (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-        if stages.train:
-            (output_dir / ALPHA_HISTORY_FILE).write_text(json.dumps(alpha_history(trainer.state.log_history)) + "\n")
-            scales = scale_history(trainer.state.log_history)
-            if scales["beta"]:
-                (output_dir / SCALE_HISTORY_FILE).write_text(json.dumps(scales) + "\n")
-            # Trainer pickles its arguments next to the model; the folder is meant for the Hub, which should get
-            # safetensors and JSON only (each checkpoint-* keeps its copy, training_summary.json the values).
-            (output_dir / "training_args.bin").unlink(missing_ok=True)
+    main_process = trainer.is_world_process_zero()
+    # What a checkpoint writes: the weights, and AdamW's two moments of each (the optimiser state).
+    checkpoint_bytes = 3 * sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+    with write_failures_reported(output_dir, "--output_dir", lambda: checkpoint_bytes):
+        train_result = trainer.train(resume_from_checkpoint=checkpoint) if stages.train else None
+        # The final outputs are staged and moved into place at the end: a full disk or a kill on the way leaves the
+        # folder's earlier outputs as they were.
+        with staged_outputs(output_dir, main_process=main_process) as staging, trainer_writes_to(trainer, staging):
+            metrics = run_stages(trainer, stages, tokenized, train_result, staging, num_beams, max_length)
+            summary = run_summary(
+                model_args,
+                data_args,
+                training_args,
+                trainer,
+                RunFacts(output_dir, source_lang, target_lang, tokenizer_description, start, stages, num_beams),
+                tokenized,
+                metrics,
+            )
+            if main_process:
+                write_run_records(staging, summary, trainer.state.log_history, stages.train)
     return summary
