@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -142,6 +143,13 @@ def claimed_output_folder(
         lock.release()
 
 
+def _new_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: 0666 less the process' umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def make_folder(folder: Path, where: str) -> None:
     """Create ``folder`` and its parents (nothing if it exists).
 
@@ -240,6 +248,9 @@ def line_output(path: Path, flag: str | None = None) -> Iterator[OutputFile]:
                 handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
             except OSError as error:  # named by its folder: the temporary file's name means nothing to the user
                 raise OSError(error.errno, error.strerror, str(path.parent)) from None
+            # mkstemp makes the file private (0600); the output gets the mode a plain open would give it, or keeps
+            # the one of the file it replaces.
+            os.fchmod(handle, stat.S_IMODE(path.stat().st_mode) if path.exists() else _new_file_mode())
             file = os.fdopen(handle, "w", encoding="utf-8")
     except OSError as error:
         raise HfEntmaxWriteError(f"{where}: cannot write there ({describe_os_error(error)})") from None
