@@ -19,6 +19,10 @@ from .recipes import RECIPE_CHOICES
 
 
 DEFAULT_MAX_LENGTH = 128
+# The shortest length limit that leaves room for text: one token of it and the end-of-sequence token </s> (for
+# generation, the decoder's start token) that every sequence has.
+MIN_LENGTH = 2
+LENGTH_FLAGS = ("max_source_length", "max_target_length", "val_max_target_length")
 DEFAULT_MODEL_SIZE = "small"
 DEFAULT_VOCAB_SIZE = 8000
 
@@ -45,6 +49,23 @@ def parse_scaling_offset(value: str | float, flag: str) -> float:
     if not 0.0 <= offset < math.inf:
         raise HfEntmaxValueError(f"{flag} must be a finite number >= 0, got {value!r}")
     return offset
+
+
+def check_length(flag: str, value: int | None) -> None:
+    """Refuse a length limit (a positive number, or None) that leaves no room for text.
+
+    Raises:
+        HfEntmaxValueError: If ``value`` is below `MIN_LENGTH`, naming ``--flag`` and the minimum.
+    """
+    if value is not None and value < MIN_LENGTH:
+        taken = (
+            "the decoder's start token, which begins every generated sequence"
+            if flag == "generation_max_length"
+            else "</s>, which ends every sequence"
+        )
+        raise HfEntmaxValueError(
+            f"--{flag} {value} leaves no room for text: 1 token goes to {taken}; give at least {MIN_LENGTH}"
+        )
 
 
 def attention_flag_help(option: Field, not_given: str) -> str:
@@ -333,6 +354,8 @@ class DataArguments:
             value = getattr(self, name)
             if (value is not None or name in positive) and not (isinstance(value, int) and value >= 1):
                 raise HfEntmaxValueError(f"--{name} must be a positive whole number, got {value!r}")
+        for name in LENGTH_FLAGS:
+            check_length(name, getattr(self, name))
 
     def resolve_lengths(self, max_positions: int | None) -> None:
         """Fill in the length limits not given: 128 tokens, or ``max_positions`` (the model's) if fewer."""
@@ -340,6 +363,21 @@ class DataArguments:
         self.max_source_length = self.max_source_length or default
         self.max_target_length = self.max_target_length or default
         self.val_max_target_length = self.val_max_target_length or self.max_target_length
+
+    def split_limits(self, split: str) -> tuple[int | None, int]:
+        """The number of examples kept of ``split`` (None: all) and the length its targets are truncated to:
+        ``--max_train_samples`` and ``--max_target_length`` for train, ``--max_eval_samples`` or
+        ``--max_predict_samples`` and ``--val_max_target_length`` for validation and test."""
+        limits = {
+            "train": (self.max_train_samples, self.max_target_length),
+            "validation": (self.max_eval_samples, self.val_max_target_length),
+            "test": (self.max_predict_samples, self.val_max_target_length),
+        }
+        return limits.get(split, (None, self.max_target_length))
+
+    def target_length_flag(self, split: str) -> str:
+        """The flag whose length ``split``'s targets are truncated to."""
+        return "--max_target_length" if split == "train" else "--val_max_target_length"
 
     def local_files(self) -> dict[str, str]:
         """The local-file arguments that were given, by name."""
@@ -398,6 +436,7 @@ class TrainingArguments(Seq2SeqTrainingArguments):
         ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise HfEntmaxValueError(f"--{name} must be a positive whole number, got {getattr(self, name)!r}")
+        check_length("generation_max_length", self.generation_max_length)
         if self.max_steps == 0 or self.max_steps < -1:
             raise HfEntmaxValueError(
                 f"--max_steps must be a positive number of steps (or -1: epochs), got {self.max_steps}"

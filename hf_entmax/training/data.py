@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from datasets import Dataset, DatasetDict, Features, Translation
+from transformers import PreTrainedTokenizerBase
 
 from ..common.hub_ids import is_hub_id
 from ..common.text_files import MAX_LISTED_LINES, iter_lines, listed_lines, read_aligned_lines
@@ -391,6 +392,71 @@ def limit_samples(dataset: Dataset, max_samples: int | None) -> Dataset:
     if max_samples >= len(dataset):
         return dataset
     return dataset.select(range(max_samples))
+
+
+def report_truncation(
+    splits: DatasetDict,
+    tokenizer: PreTrainedTokenizerBase,
+    data_args: DataArguments,
+    source_lang: str,
+    target_lang: str,
+) -> dict[str, dict[str, int]]:
+    """Count the examples the length limits cut, as the run's tokenization cuts them, and say so in one warning per
+    split that has any.
+
+    Sources (``--source_prefix`` included) are measured against ``--max_source_length``; targets against
+    ``--max_target_length`` in the train split, ``--val_max_target_length`` in validation and test (where the cut
+    targets are also the references BLEU is scored against). Only the examples ``--max_*_samples`` keep count.
+
+    Args:
+        splits: The raw splits, a ``translation`` column each.
+        tokenizer: The tokenizer the run trains with.
+        data_args: The run's data arguments, their lengths resolved.
+        source_lang: Language code of the source side.
+        target_lang: Language code of the target side.
+
+    Returns:
+        Per split, ``{"examples": ..., "truncated_sources": ..., "truncated_targets": ...}`` (for the run's summary).
+
+    Raises:
+        HfEntmaxValueError: If ``--source_prefix`` alone fills ``--max_source_length``.
+    """
+    prefix = data_args.source_prefix or ""
+    max_source_length = data_args.max_source_length
+    prefix_tokens = len(tokenizer(prefix, add_special_tokens=False)["input_ids"]) if prefix else 0
+    if prefix_tokens + 1 >= max_source_length:
+        raise HfEntmaxValueError(
+            f"--source_prefix {prefix!r} takes {prefix_tokens} tokens and </s> 1, which leaves no room for the source "
+            f"within --max_source_length {max_source_length}; give --max_source_length {prefix_tokens + 2} or more"
+        )
+    counts = {}
+    for name, split in splits.items():
+        max_samples, max_target_length = data_args.split_limits(name)
+        split = limit_samples(split, max_samples)
+        source_lengths, target_lengths = [], []
+        for batch in split.iter(batch_size=1000):
+            pairs = batch["translation"]
+            # verbose=False: transformers would warn of every sequence longer than the model, which is what is counted.
+            sources = tokenizer([prefix + pair[source_lang] for pair in pairs], verbose=False)["input_ids"]
+            targets = tokenizer(text_target=[pair[target_lang] for pair in pairs], verbose=False)["input_ids"]
+            source_lengths += map(len, sources)
+            target_lengths += map(len, targets)
+        counts[name] = {"examples": len(source_lengths)}
+        cut = []
+        for side, flag, limit, lengths in (
+            ("sources", "--max_source_length", max_source_length, source_lengths),
+            ("targets", data_args.target_length_flag(name), max_target_length, target_lengths),
+        ):
+            num_cut = counts[name][f"truncated_{side}"] = sum(length > limit for length in lengths)
+            if num_cut:
+                share = num_cut / len(lengths)
+                cut.append(
+                    f"{flag} {limit} cuts {num_cut:,} of the {len(lengths):,} {name} {side} ({share:.1%}; the "
+                    f"longest has {max(lengths):,} tokens)"
+                )
+        if cut:
+            logger.warning(f"truncation: {' and '.join(cut)}")
+    return counts
 
 
 def _side_columns(names: Sequence[str], source_lang: str, target_lang: str, where: str) -> tuple[int, int] | None:

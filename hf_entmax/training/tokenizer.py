@@ -56,6 +56,8 @@ UNKNOWN_SAMPLE_SIZE = 20_000
 LISTED_CHARACTERS = 5
 # SentencePiece's check that the alphabet fits the vocabulary ("... required_chars. 1000 vs 1163.").
 ALPHABET_TOO_LARGE = re.compile(r"smaller than required_chars\. (\d+) vs (\d+)")
+# Where in its C++ code a SentencePiece check failed, before the check itself.
+SENTENCEPIECE_SOURCE = re.compile(r"^\w+: \S+\(\d+\) ")
 
 
 def train_joint_tokenizer(
@@ -206,8 +208,9 @@ def _training_error(error: RuntimeError, vocab_size: int, coverage: float) -> st
     message = " ".join(str(error).split())
     alphabet = ALPHABET_TOO_LARGE.search(message)
     if alphabet is None:
-        # "INTERNAL: src/trainer_interface.cc(638) [check] reason": the reason is what a user can act on.
-        return f"training the SentencePiece tokenizer failed: {message.rpartition('] ')[2]}"
+        # "INTERNAL: src/trainer_interface.cc(638) [check] reason": the reason (else the check) is what a user reads.
+        check = SENTENCEPIECE_SOURCE.sub("", message)
+        return f"training the SentencePiece tokenizer (--vocab_size {vocab_size}) failed: {check.rpartition('] ')[2]}"
     needed = int(alphabet.group(2))
     covered = (
         f"the {coverage:.2%} of its characters SentencePiece keeps for Chinese, Japanese or Korean text"
