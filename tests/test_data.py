@@ -22,7 +22,10 @@ from hf_entmax.training.data import (
     load_parallel_data,
     read_parallel_file,
     read_text_pair,
+    report_truncation,
 )
+from hf_entmax.training.synthetic import synthetic_splits
+from hf_entmax.training.tokenizer import train_joint_tokenizer
 
 
 PAIRS = [
@@ -205,7 +208,8 @@ def test_text_pair_line_count_mismatch(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("source_lang", "target_lang", "message"), [("", "en", "--source_lang"), ("de", "de", "differ")]
+    ("source_lang", "target_lang", "message"),
+    [("", "en", "--source_lang"), ("de", "de", "both are 'de'"), ("EN", "en ", "codes are compared ignoring case")],
 )
 def test_language_pair_validation(tmp_path, source_lang, target_lang, message):
     with pytest.raises(HfEntmaxValueError, match=message):
@@ -451,6 +455,84 @@ def test_tsv_reads_quotes_as_text_and_warns_about_csv_quoting(tmp_path, caplog):
         read_parallel_file(path, "de", "en")
     (message,) = warnings_of(caplog)
     assert message.startswith(f"{path}: 1 line(s) have CSV-quoted fields (lines 2)")
+
+
+def test_language_codes_match_keys_and_fields_in_any_case(tmp_path):
+    records = [{"translation": {"DE": de, "En": en}} for de, en in PAIRS]
+    assert read_parallel_file(write_jsonl(tmp_path / "train.jsonl", records), "de", "en")["translation"] == EXPECTED
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"translation": [{"EN": en, "DE": de} for de, en in PAIRS]}), path)
+    # The rows are keyed by the codes as given, whatever the file's case.
+    assert read_parallel_file(path, "De", "eN")["translation"] == [{"De": de, "eN": en} for de, en in PAIRS]
+
+
+def test_one_column_read_as_both_sides_is_refused_and_mostly_copies_warned(tmp_path, caplog):
+    copies = write(tmp_path / "copies.csv", "de,en\nein hund,ein hund\nzwei,zwei\n")
+    with pytest.raises(HfEntmaxValueError, match=re.escape(f"{copies}: every pair has the same 'de' and 'en' text")):
+        read_parallel_file(copies, "de", "en")
+    mostly = write_tsv(tmp_path / "mostly.tsv", [("Paris", "Paris"), ("Berlin", "Berlin"), PAIRS[0]])
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+        assert len(read_parallel_file(mostly, "de", "en")) == 3
+    assert warnings_of(caplog) == [
+        f"2 of the 3 pairs in {mostly} have the same 'de' and 'en' text (lines 1, 2); check that the source and "
+        "target columns hold different languages"
+    ]
+
+
+def test_builtin_pair_is_keyed_by_its_own_codes():
+    splits, source_lang, target_lang = load_parallel_data(
+        DataArguments(source_lang="EN", target_lang="Syn", synthetic_train_size=4)
+    )
+    assert (source_lang, target_lang) == ("en", "syn")
+    assert set(splits["train"][0]["translation"]) == {"en", "syn"}
+
+
+# Truncation by the length limits.
+
+
+@pytest.fixture(scope="module")
+def synthetic_data():
+    splits = synthetic_splits(num_train=40, num_validation=6, num_test=6)
+    texts = [text for pair in splits["train"]["translation"] for text in pair.values()]
+    return splits, train_joint_tokenizer(texts, vocab_size=200)
+
+
+def test_truncation_is_counted_and_reported_per_split(synthetic_data, caplog):
+    splits, tokenizer = synthetic_data
+    data_args = DataArguments(max_source_length=6, max_target_length=400, val_max_target_length=5, max_eval_samples=4)
+    data_args.resolve_lengths(None)
+    lengths = {
+        name: [len(tokenizer(pair["en"])["input_ids"]) for pair in split["translation"]]
+        for name, split in splits.items()
+    }
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+        counts = report_truncation(splits, tokenizer, data_args, "en", "syn")
+    assert counts["train"] == {
+        "examples": 40,
+        "truncated_sources": sum(length > 6 for length in lengths["train"]),
+        "truncated_targets": 0,
+    }
+    assert counts["validation"]["examples"] == 4 and counts["validation"]["truncated_targets"] > 0
+    train_message = caplog.messages[0]
+    cut = counts["train"]["truncated_sources"]
+    assert train_message.startswith(f"truncation: --max_source_length 6 cuts {cut} of the 40 train sources")
+    assert "--max_target_length" not in train_message
+    assert "--val_max_target_length 5 cuts" in caplog.messages[1]
+
+
+def test_source_prefix_filling_the_source_length_is_refused(synthetic_data):
+    splits, tokenizer = synthetic_data
+    data_args = DataArguments(max_source_length=4, source_prefix="translate English to Synthetic: ")
+    data_args.resolve_lengths(None)
+    with pytest.raises(HfEntmaxValueError, match=r"--source_prefix .* give --max_source_length \d+ or more"):
+        report_truncation(splits, tokenizer, data_args, "en", "syn")
+
+
+@pytest.mark.parametrize("flag", ["max_source_length", "max_target_length", "val_max_target_length"])
+def test_length_limits_leave_room_for_text(flag):
+    with pytest.raises(HfEntmaxValueError, match=f"--{flag} 1 leaves no room for text: .* give at least 2"):
+        DataArguments(**{flag: 1})
+    assert getattr(DataArguments(**{flag: 2}), flag) == 2
 
 
 # Parquet.
