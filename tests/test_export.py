@@ -1,6 +1,9 @@
 """Hub-ready folders and model cards: contents, sharding, loading without hf_entmax, card metadata round trip."""
 
 import json
+import math
+import os
+import re
 
 import pytest
 import torch
@@ -20,6 +23,7 @@ from hf_entmax.hub import (
     render_model_card,
     write_training_card,
 )
+from hf_entmax.hub.export import folder_file, folder_path, load_check_environment
 from hf_entmax.modeling.sparsefinder_attention import PREDICTOR_FILE
 
 
@@ -467,6 +471,11 @@ with open({str(report)!r}, "w") as _report:
     hf_home.mkdir()
     (hf_home / "token").write_text("hf_secret_stored_login")
     monkeypatch.setenv("HF_HOME", str(hf_home))
+    home = tmp_path / "home"  # and the default places, under HOME
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    (home / ".cache" / "huggingface" / "token").write_text("hf_secret_stored_login")
+    (home / ".netrc").write_text("machine huggingface.co password hf_secret_stored_login")
+    monkeypatch.setenv("HOME", str(home))
 
     assert check_folder_loads(folder) <= 1e-4
     seen = json.loads(report.read_text())
@@ -475,6 +484,120 @@ with open({str(report)!r}, "w") as _report:
     text = report.read_text()
     assert not [value for value in [*secrets.values(), "hf_secret_stored_login"] if value in text]
     assert seen["environ"]["HF_HUB_OFFLINE"] == "1" and seen["environ"]["HF_HOME"] != str(hf_home)
+    assert seen["environ"]["HOME"] != str(home)
+
+
+def test_the_load_check_environment_is_an_allow_list_with_a_home_of_its_own(tmp_path, monkeypatch):
+    for name, value in {
+        "HOME": "/home/someone",
+        "XDG_CONFIG_HOME": "/home/someone/.config",
+        "NETRC": "/home/someone/.netrc",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "GITHUB_TOKEN": "secret",
+        "GIT_ASKPASS": "/usr/bin/askpass",
+        "SSH_AUTH_SOCK": "/tmp/agent.sock",
+        "PATH": "/usr/bin",
+    }.items():
+        monkeypatch.setenv(name, value)
+    environment = load_check_environment(tmp_path / "home")
+    assert environment["HOME"] == environment["USERPROFILE"] == str(tmp_path / "home")
+    assert environment["HF_HOME"] == str(tmp_path / "home" / ".cache" / "huggingface")
+    assert os.listdir(tmp_path / "home") == [".cache"] and environment["PATH"] == "/usr/bin"
+    dropped = {"XDG_CONFIG_HOME", "NETRC", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "GIT_ASKPASS", "SSH_AUTH_SOCK"}
+    assert not dropped & set(environment)
+    assert "secret" not in json.dumps(environment) and "/home/someone" not in json.dumps(environment)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("analysis/alpha.png", "analysis/alpha.png"),
+        ("./a//b/../c.png", "a/c.png"),
+        ("heads[1].png", "heads[1].png"),
+        ("", None),
+        ("/etc/passwd", None),
+        ("../x.png", None),
+        ("a/../../x.png", None),
+        ("..", None),
+        (".", None),
+        ("..\\x.png", None),
+        ("C:/Windows/x.png", None),
+    ],
+)
+def test_folder_paths_stay_inside_the_folder(text, expected):
+    assert folder_path(text) == expected
+
+
+def test_only_regular_files_of_the_folder_itself_are_published(tmp_path):
+    folder, outside = tmp_path / "folder", tmp_path / "outside"
+    (folder / "figures").mkdir(parents=True)
+    outside.mkdir()
+    (folder / "figures" / "a.png").write_bytes(b"png")
+    (outside / "b.png").write_bytes(b"private")
+    (folder / "linked").symlink_to(outside, target_is_directory=True)
+    (folder / "b.png").symlink_to(outside / "b.png")
+    (folder / "c.png").symlink_to("figures/a.png")
+    linked_root = tmp_path / "link-to-folder"
+    linked_root.symlink_to(folder, target_is_directory=True)
+
+    assert folder_file(folder, "figures/a.png", "--x") == folder / "figures" / "a.png"
+    assert folder_file(linked_root, "figures/a.png", "--x") == linked_root / "figures" / "a.png"  # the folder itself
+    for name, reason in [
+        ("linked/b.png", "linked is a symbolic link"),
+        ("b.png", "b.png is a symbolic link"),
+        ("c.png", "c.png is a symbolic link"),
+        ("../outside/b.png", "is not a path inside"),
+        ("figures", "figures is not a regular file"),
+    ]:
+        with pytest.raises(HfEntmaxValueError, match=f"--x: .*{reason}"):
+            folder_file(folder, name, "--x")
+    with pytest.raises(HfEntmaxFileNotFoundError, match=r"--x: figures/missing\.png is not in"):
+        folder_file(folder, "figures/missing.png", "--x")
+
+
+def test_export_writes_nothing_outside_its_folder(model, tokenizer, tmp_path):
+    figure = tmp_path / "figure.png"
+    figure.write_bytes(b"png")
+    for destination in ("../x.png", "/tmp/x.png", "analysis/../../x.png", ""):
+        with pytest.raises(HfEntmaxValueError, match="is not a path inside the output folder"):
+            export_hub_folder(model, tokenizer, tmp_path / "hub", extra_files={destination: figure})
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["figure.png"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"license": "mit\nfoo: bar"}, r"license 'mit\nfoo: bar' is not a license id"),
+        ({"license": "Apache-2.0"}, "expected a lower-case id"),
+        ({"source_lang": "de\n- xx"}, r"source_lang 'de\n- xx' is not a language code"),
+        ({"target_lang": ""}, "target_lang '' is not a language code"),
+        ({"model_name": "run\n---"}, "model_name must be one line of printable text"),
+        ({"tags": ["ok", "a\tb"]}, "tags must be one line"),
+        ({"datasets": ["org/data\nfoo: bar"]}, r"datasets 'org/data\nfoo: bar' is not a Hub repo id"),
+        ({"base_model": "../model"}, "base_model '../model' is not a Hub repo id"),
+        ({"model_id": 'me/x"); import os; ("'}, "model_id must not hold a quote or a backslash"),
+    ],
+)
+def test_card_fields_that_reach_the_metadata_are_checked(fields, message):
+    with pytest.raises(HfEntmaxValueError, match=re.escape(message)):
+        ModelCardInfo(**fields)
+
+
+def test_card_fields_from_a_summary_are_named_after_it():
+    for summary, message in [
+        ({**SUMMARY, "target_lang": "en\nlicense: other"}, "training_summary.json target_lang 'en"),
+        ({**SUMMARY, "metrics": {"eval_bleu": "35"}}, "training_summary.json metrics.eval_bleu must be a finite"),
+        ({**SUMMARY, "metrics": {"test_chrf": math.inf}}, "training_summary.json metrics.test_chrf must be a finite"),
+        ({**SUMMARY, "evaluations": {"step": 1}}, "training_summary.json: evaluations holds a JSON dict, not a JSON"),
+    ]:
+        with pytest.raises(HfEntmaxValueError, match=re.escape(message)):
+            ModelCardInfo.from_training_summary(summary)
+    # A diverged run's loss is a number too: shown, not refused.
+    info = ModelCardInfo.from_training_summary({**SUMMARY, "metrics": {**SUMMARY["metrics"], "eval_loss": math.nan}})
+    assert math.isnan(info.eval_results[0].loss)
+    # What the flags override is not the summary's to answer for.
+    info = ModelCardInfo.from_training_summary({**SUMMARY, "source_lang": "de\nx"}, source_lang="de")
+    assert info.source_lang == "de"
 
 
 @pytest.mark.slow

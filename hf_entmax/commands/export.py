@@ -7,23 +7,26 @@ records (training_summary.json, alpha_history.json, Trainer's *_results.json, â€
 checkpoint-* folders and pickled training state stay behind. The card takes its name, languages, data, base model,
 BLEU/chrF (into the `model-index` metadata), evaluations during training, hyper-parameters and versions from the
 model folder's training_summary.json when there is one, and the head analysis (summary, findings, figures) from
-an `hf-entmax analyze` output given with --analysis.
+an `hf-entmax analyze` output given with --analysis. Only regular files of the model and analysis folders are
+copied (no symbolic links, no figure that report.json names outside its folder), and the card's metadata fields
+are checked (a license id, language codes, Hub ids): nothing a file or a flag holds can add lines to it.
 """
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..analysis.collect import analyze_model
-from ..analysis.report import mean_sparsity, model_card_section
+from ..analysis.report import REPORT_JSON, mean_sparsity, model_card_section
 from ..common.hub_ids import check_repo_id
 from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer
 from ..common.records import RUN_RECORD_FILES, SUMMARY_FILE
 from ..common.text_files import read_sentences
 from ..errors import HfEntmaxFileNotFoundError
-from ..hub.export import check_export_target, export_hub_folder
-from ..hub.model_card import ModelCardInfo, read_training_summary
+from ..hub.export import check_export_target, export_hub_folder, folder_file
+from ..hub.model_card import ModelCardInfo, check_language_code, check_license, read_training_summary
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..modeling.sparsefinder_attention import PREDICTOR_FILE
@@ -70,15 +73,15 @@ def run(args: argparse.Namespace) -> int:
     folder = Path(args.model)
     if not folder.is_dir():
         raise HfEntmaxFileNotFoundError(f"--model {folder}: no such folder")
-    overrides = {"license": args.license}
+    overrides = {"license": check_license(args.license, "--license")}
     if args.repo_id:
         overrides["model_id"] = check_repo_id(args.repo_id, "--repo_id")
         overrides["model_name"] = args.repo_id.split("/")[-1]
     else:
         overrides["model_id"] = Path(args.output).resolve().name
     for name in ("source_lang", "target_lang"):
-        if getattr(args, name):
-            overrides[name] = getattr(args, name)
+        if getattr(args, name) is not None:
+            overrides[name] = check_language_code(getattr(args, name), f"--{name}")
     if args.base_model:
         overrides["base_model"] = check_repo_id(args.base_model, "--base_model")
     if args.dataset:
@@ -98,12 +101,20 @@ def run(args: argparse.Namespace) -> int:
         card.mean_sparsity = mean_sparsity(analyze_model(model, sentences, tokenizer=tokenizer, progress=False))
 
     # The run's records, and Sparsefinder's projections (`hf-entmax sparsefinder --save_to_model`) when there are some.
-    extra_files = {name: folder / name for name in (*RUN_RECORD_FILES, PREDICTOR_FILE) if (folder / name).is_file()}
+    extra_files = {
+        name: folder_file(folder, name, f"--model {folder}")
+        for name in (*RUN_RECORD_FILES, PREDICTOR_FILE)
+        if os.path.lexists(folder / name)
+    }
     if args.analysis:
         card.analysis, figures = model_card_section(
             args.analysis, model.get_alphas(), attention_scales=model.get_attention_scales()
         )
-        extra_files.update(figures)
+        # report.json names its figures: only files of the analysis folder itself may come from there.
+        report = Path(args.analysis)
+        for destination, source in figures.items():
+            name = source.relative_to(report).as_posix() if source.is_relative_to(report) else str(source)
+            extra_files[destination] = folder_file(report, name, f"--analysis {report / REPORT_JSON}")
 
     export_hub_folder(
         model, tokenizer, args.output, card=card, max_shard_size=args.max_shard_size, extra_files=extra_files

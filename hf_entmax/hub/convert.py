@@ -143,6 +143,20 @@ def convert_marian(
     check_shard_size(max_shard_size, "max_shard_size")
     check_export_target(Path(output_dir))
     source_dir, from_hub = resolve_source(model, allow_pickle=allow_pickle)
+    # The card's fields (languages, ids, names) are checked as it is made: before the slow part.
+    inferred_source_lang, inferred_target_lang = infer_languages(model)
+    hub_id = base_model or (model if from_hub else hub_id_from_cache_path(source_dir))
+    card = ModelCardInfo(
+        model_id=model_id or Path(output_dir).resolve().name,
+        source_lang=source_lang or inferred_source_lang,
+        target_lang=target_lang or inferred_target_lang,
+        base_model=hub_id,
+        base_model_relation="converted",
+        base_model_local_name=None if hub_id else Path(model).name,
+        training_data="none beyond the source model's: this is a conversion, α was not trained yet",
+        hyperparameters={name: value for name, value in attention_fields.items() if value is not None},
+        framework_versions=framework_versions(),
+    )
     source_config = read_marian_config(source_dir, model)
     use_safetensors = choose_weights(source_dir, model, allow_pickle=allow_pickle, from_hub=from_hub)
     tokenizer = load_tokenizer(source_dir, f"--model {model}")
@@ -186,19 +200,6 @@ def convert_marian(
             f"(greedy identical: {report.greedy_identical}, beam identical: {report.beam_identical})"
         )
 
-    inferred_source_lang, inferred_target_lang = infer_languages(model)
-    hub_id = base_model or (model if from_hub else hub_id_from_cache_path(source_dir))
-    card = ModelCardInfo(
-        model_id=model_id or Path(output_dir).resolve().name,
-        source_lang=source_lang or inferred_source_lang,
-        target_lang=target_lang or inferred_target_lang,
-        base_model=hub_id,
-        base_model_relation="converted",
-        base_model_local_name=None if hub_id else Path(model).name,
-        training_data="none beyond the source model's: this is a conversion, α was not trained yet",
-        hyperparameters={name: value for name, value in attention_fields.items() if value is not None},
-        framework_versions=framework_versions(),
-    )
     export_hub_folder(target, tokenizer, output_dir, card=card, max_shard_size=max_shard_size)
     return report
 

@@ -6,20 +6,32 @@ loading it in a fresh Python process where hf_entmax cannot be imported and comp
 
 import dataclasses
 import os
+import posixpath
 import re
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
 import textwrap
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 import torch
+from safetensors import SafetensorError
 from transformers import PreTrainedTokenizerBase
 
 from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer, read_model_config
-from ..errors import HfEntmaxError, HfEntmaxValueError, last_line
+from ..common.outputs import is_write_failure, write_failure_error
+from ..errors import (
+    HfEntmaxError,
+    HfEntmaxFileNotFoundError,
+    HfEntmaxValueError,
+    HfEntmaxWriteError,
+    describe_os_error,
+    last_line,
+    one_line,
+)
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .model_card import ModelCardInfo, render_model_card
@@ -28,11 +40,10 @@ from .model_card import ModelCardInfo, render_model_card
 # `max_shard_size` as people write it (the units of huggingface_hub's parser).
 _SHARD_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*[KMGT]B\s*", re.IGNORECASE)
 # The only variables of this process the load check's child gets: what Python, torch and the dynamic loader need
-# to start as they do here. Nothing else passes (HF_TOKEN, cloud keys, …): the child runs the folder's code.
+# to start as they do here. Nothing else passes (HF_TOKEN, AWS_*, GITHUB_TOKEN, HOME, XDG_*, NETRC, …): the child
+# runs the folder's code, and gets a home folder of its own (`load_check_environment`).
 _LOAD_CHECK_VARIABLES = (
     "PATH",
-    "HOME",
-    "USERPROFILE",
     "SYSTEMROOT",
     "WINDIR",
     "TMPDIR",
@@ -101,14 +112,55 @@ def export_hub_folder(
     ``config.json`` with ``auto_map`` and the ``custom_pipelines`` translation entry, the flat modeling files,
     ``generation_config.json``, the tokenizer files and ``README.md`` (the model card, from ``card``; its tokenizer
     line defaults to the tokenizer's class and size), plus ``extra_files``: ``{path in the folder: file to copy
-    there}``, e.g. the figures the card shows and the training run's records.
+    there}``, e.g. the figures the card shows and the training run's records. Nothing is written outside
+    ``output_dir``: those paths are relative and stay inside it (no absolute path, no ``..``). The sources are
+    copied as given: check where they come from first (see `folder_file`).
 
     Returns:
         The folder's path.
+
+    Raises:
+        HfEntmaxValueError: a bad ``max_shard_size``, an ``extra_files`` path outside the folder, or a target that
+            holds other files (see `check_export_target`).
+        HfEntmaxWriteError: the folder cannot be written (a full disk, a read-only folder, a file in the path); an
+            earlier export there is left as it was.
     """
     output_dir = Path(output_dir)
     check_shard_size(max_shard_size, "max_shard_size")
+    copies = {}
+    for destination, source in (extra_files or {}).items():
+        relative = folder_path(os.fspath(destination))
+        if relative is None:
+            raise HfEntmaxValueError(
+                f"extra_files: {os.fspath(destination)!r} is not a path inside the output folder (it is absolute or "
+                "climbs out with ..); give a path relative to the folder"
+            )
+        copies[relative] = Path(source)
     check_export_target(output_dir)
+    existing = next((path for path in output_dir.absolute().parents if path.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise HfEntmaxValueError(f"{output_dir}: {existing} is a file, so no folder can be made there")
+    try:
+        _write_hub_folder(model, tokenizer, output_dir, card or ModelCardInfo(), max_shard_size, copies)
+    except (OSError, RuntimeError, SafetensorError) as error:
+        # Staging lives next to the target, so the failed write names a path in the parent (or the parent itself).
+        if isinstance(error, HfEntmaxError) or not is_write_failure(error, output_dir.parent):
+            raise
+        raise write_failure_error(
+            error, output_dir, "Hub-ready folder", _bytes_needed(model, copies.values())
+        ) from None
+    return output_dir
+
+
+def _write_hub_folder(
+    model: AdaptiveEntmaxMarianMTModel,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: Path,
+    card: ModelCardInfo,
+    max_shard_size: str | int,
+    copies: Mapping[str, Path],
+) -> None:
+    """`export_hub_folder` after its checks: ``copies`` maps checked paths in the folder to the files to copy."""
     # Written whole into a fresh folder next to the target, then put in its place: no file of an earlier export (an
     # old model.safetensors next to new shards, which loading would prefer) survives, and a failure leaves the old.
     output_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -117,17 +169,63 @@ def export_hub_folder(
         # The model's save_pretrained also copies the flat code files and writes auto_map and custom_pipelines.
         model.save_pretrained(staging, max_shard_size=max_shard_size)
         tokenizer.save_pretrained(staging)
-        card = card or ModelCardInfo()
         if card.tokenizer is None:
             card = dataclasses.replace(card, tokenizer=f"`{type(tokenizer).__name__}` ({len(tokenizer):,} tokens)")
         render_model_card(model, card).save(staging / "README.md")
-        for destination, source in (extra_files or {}).items():
+        for destination, source in copies.items():
             (staging / destination).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, staging / destination)
         replace_folder(staging, output_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return output_dir
+
+
+def _bytes_needed(model: AdaptiveEntmaxMarianMTModel, files) -> int:
+    """About what an export of ``model`` with copies of ``files`` writes: its weights and those files."""
+    weights = sum(tensor.numel() * tensor.element_size() for tensor in model.state_dict().values())
+    return weights + sum(path.stat().st_size for path in files if path.is_file())
+
+
+def folder_path(text: str) -> str | None:
+    """``text`` as a normalised relative POSIX path that stays inside a folder, or None when it does not: empty,
+    absolute, with a drive, or climbing out with ``..`` (backslashes count as separators, as on Windows)."""
+    path = text.replace("\\", "/")
+    if not path or path.startswith("/") or PureWindowsPath(text).drive:
+        return None
+    path = posixpath.normpath(path)
+    return None if path in (".", "..") or path.startswith("../") else path
+
+
+def folder_file(folder: Path, relative: str, name: str) -> Path:
+    """``folder / relative`` if it is a regular file of ``folder`` itself: the path stays inside it (`folder_path`)
+    and no part of it is a symbolic link, which could lead anywhere on the machine (even to a file of the folder:
+    then another name would publish it). What hf-entmax publishes from a folder goes through here.
+
+    Args:
+        folder: The folder (itself it may be a link).
+        relative: The path inside it, as a file of the folder names it (a report, a card, a config).
+        name: How the messages name the folder (``--model <folder>``).
+
+    Raises:
+        HfEntmaxValueError: the path leaves the folder, passes through a link, or is not a regular file.
+        HfEntmaxFileNotFoundError: nothing is there.
+    """
+    path = folder_path(relative)
+    if path is None:
+        raise HfEntmaxValueError(f"{name}: {relative!r} is not a path inside {folder} (absolute, or climbing out)")
+    current = folder
+    for part in path.split("/"):
+        current = current / part
+        if current.is_symlink():
+            raise HfEntmaxValueError(
+                f"{name}: {current.relative_to(folder).as_posix()} is a symbolic link (to {os.readlink(current)}); "
+                "only the folder's own files are published: put a copy of the file in its place"
+            )
+    if not current.exists():
+        raise HfEntmaxFileNotFoundError(f"{name}: {path} is not in {folder}")
+    if not current.is_file():
+        raise HfEntmaxValueError(f"{name}: {path} is not a regular file")
+    return current
 
 
 def check_export_target(output_dir: Path) -> None:
@@ -201,9 +299,10 @@ def check_folder_loads(
     (teacher-forced on this process's greedy translations) and its greedy translations are compared with
     those of the folder loaded here by `AdaptiveEntmaxMarianMTModel`.
 
-    The child runs the folder's code, so it gets a scrubbed environment: only the variables in
-    `_LOAD_CHECK_VARIABLES` (no tokens, keys or secrets), ``HF_HUB_OFFLINE=1`` and an empty ``HF_HOME`` (no
-    stored Hub login). It still runs as you: code you do not trust should not be loaded at all.
+    The child runs the folder's code, so it gets a scrubbed environment (`load_check_environment`): only the
+    variables in `_LOAD_CHECK_VARIABLES` (no tokens, keys or secrets), ``HF_HUB_OFFLINE=1``, an empty home folder of
+    its own (so no stored Hub login, ``.netrc``, git or cloud credentials are found where libraries look for them)
+    and no standard input. It still runs as you: code you do not trust should not be loaded at all.
 
     Args:
         folder: The model folder.
@@ -217,12 +316,31 @@ def check_folder_loads(
     Raises:
         HfEntmaxValueError: with a one-line reason, if the folder is not a complete AdaptiveEntmaxMarian
             folder, fails to load without hf_entmax, or computes something else there.
+        HfEntmaxWriteError: if the temporary folder is full or cannot be written.
     """
     folder = Path(folder).resolve()
-    with tempfile.TemporaryDirectory(prefix="hf_entmax_load_check_") as scratch:
-        scratch = Path(scratch)
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix="hf_entmax_load_check_"))
+    except OSError as error:
+        raise _scratch_error(folder, error) from None
+    try:
         model_folder = folder if files is None else _link_files(folder, files, scratch / "model")
         return _check_model_folder(model_folder, folder, sentences, scratch)
+    except (OSError, RuntimeError) as error:
+        if isinstance(error, HfEntmaxError) or not is_write_failure(error, scratch):
+            raise
+        raise _scratch_error(folder, error) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scratch_error(folder: Path, error: BaseException) -> HfEntmaxWriteError:
+    """The load check of ``folder`` could not write its temporary files (a full or read-only temporary folder)."""
+    reason = describe_os_error(error) if isinstance(error, OSError) else one_line(error, 200)
+    return HfEntmaxWriteError(
+        f"cannot check that {folder} loads: writing to the temporary folder {tempfile.gettempdir()} failed "
+        f"({reason}); set TMPDIR to a folder with room"
+    )
 
 
 def _link_files(folder: Path, files: Sequence[str], destination: Path) -> Path:
@@ -267,7 +385,8 @@ def _check_model_folder(model_folder: Path, folder: Path, sentences: list[str] |
             str(scratch / "out.pt"),
         ],
         cwd=scratch,  # not the project folder: hf_entmax must not be importable from the working directory
-        env=load_check_environment(scratch / "hf_home"),
+        env=load_check_environment(scratch / "home"),
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=900,
@@ -292,13 +411,21 @@ def _check_model_folder(model_folder: Path, folder: Path, sentences: list[str] |
     return difference
 
 
-def load_check_environment(hf_home: Path) -> dict[str, str]:
-    """The environment of the load check's child: `_LOAD_CHECK_VARIABLES` from this one, the Hub switched off,
-    and ``hf_home`` (an empty folder) as HF_HOME, so neither a stored login nor a cached module is found."""
+def load_check_environment(home: Path) -> dict[str, str]:
+    """The environment of the load check's child: `_LOAD_CHECK_VARIABLES` from this one, the Hub switched off, and
+    ``home`` (created empty) as its home folder, HF_HOME inside it: neither a stored Hub login (``HF_HOME/token``)
+    nor ``~/.netrc``, ``~/.git-credentials``, ``~/.aws``, ``~/.config`` or a cached module is found there. Python's
+    user site-packages, where this process imports from them, stay importable (a path, no secret)."""
+    hf_home = home / ".cache" / "huggingface"  # the remote-code module cache (HF_HOME/modules) is fresh too
+    hf_home.mkdir(parents=True, exist_ok=True)
     environment = {name: os.environ[name] for name in _LOAD_CHECK_VARIABLES if name in os.environ}
+    if site.ENABLE_USER_SITE and "PYTHONUSERBASE" not in environment:  # found through HOME otherwise
+        environment["PYTHONUSERBASE"] = site.getuserbase()
     return {
         **environment,
-        "HF_HOME": str(hf_home),  # the remote-code module cache (HF_HOME/modules) is fresh too
+        "HOME": str(home),
+        "USERPROFILE": str(home),  # Windows' HOME
+        "HF_HOME": str(hf_home),
         "HF_HUB_OFFLINE": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "TRANSFORMERS_VERBOSITY": "error",
@@ -311,6 +438,8 @@ __all__ = [
     "check_folder_loads",
     "check_shard_size",
     "export_hub_folder",
+    "folder_file",
+    "folder_path",
     "is_shard_size",
     "load_check_environment",
 ]

@@ -10,6 +10,7 @@ training: data, tokenizer, preprocessing, hyper-parameters and framework version
 
 import importlib.resources
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..common.hub_ids import is_hub_id
+from ..common.hub_ids import check_repo_id, is_hub_id
 from ..common.model_folder import load_pretrained
 from ..common.records import CONVERTED_TAG, SUMMARY_FILE, SYNTHETIC_DATA
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
@@ -39,6 +40,20 @@ SYNTHETIC_INTENDED_USE = (
 )
 EVALUATION_ONLY_NOTE = "This run evaluated the checkpoint without training it: the weights are the base model's."
 _ENUM_REPR = re.compile(r"[A-Z]\w*\.([A-Z][A-Z0-9_]*)")
+# License ids as the Hub's metadata takes them: lower-case SPDX-style (apache-2.0, mit, cc-by-4.0, other).
+LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9.+-]*")
+# Language codes: ISO 639 with optional subtags (de, pt-BR, zh_Hans), or a short code of one's own (syn).
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,8}([-_][A-Za-z0-9]{1,8})*")
+# What the summary holds under these keys, when it holds them: anything else is not a `hf-entmax train` summary.
+_SUMMARY_TYPES = {
+    "metrics": dict,
+    "num_examples": dict,
+    "evaluations": list,
+    "preprocessing": dict,
+    "hyperparameters": dict,
+    "sacrebleu_signatures": dict,
+    "framework_versions": dict,
+}
 # A sentence for the usage snippet, in the source language when it is one of these.
 EXAMPLE_SENTENCES = {
     "de": "Ein kleiner Hund läuft durch den Park.",
@@ -128,6 +143,7 @@ class ModelCardInfo:
             raise HfEntmaxValueError(
                 f"base_model_relation {self.base_model_relation!r}: expected one of {', '.join(BASE_MODEL_RELATIONS)}"
             )
+        check_card_fields(vars(self))
 
     @classmethod
     def from_training_summary(cls, summary: Mapping[str, Any], **overrides) -> "ModelCardInfo":
@@ -137,6 +153,12 @@ class ModelCardInfo:
         ``overrides`` are fields that win over the summary's. ``datasets`` also names the evaluation data in the
         `model-index` (its first entry), and a ``base_model`` given for a run without one makes it "fine-tuned".
         """
+        for key, kind in _SUMMARY_TYPES.items():
+            if summary.get(key) is not None and not isinstance(summary[key], kind):
+                raise HfEntmaxValueError(
+                    f"{SUMMARY_FILE}: {key} holds a JSON {type(summary[key]).__name__}, not a JSON "
+                    f"{'object' if kind is dict else 'array'}; write it again with `hf-entmax train`"
+                )
         data = summary.get("data")
         dataset_config = summary.get("dataset_config_name")
         datasets, dataset_type, intended_use = [], "custom", None
@@ -155,6 +177,8 @@ class ModelCardInfo:
             training_data = f"a local dataset (`{dataset_name}`)"
         else:
             dataset_name, training_data = "unknown", None
+        if dataset_config is not None:
+            check_card_text(dataset_config, f"{SUMMARY_FILE} dataset_config_name")
         if training_data and dataset_config:
             training_data += f", configuration `{dataset_config}`"
         if training_data and (sizes := summary.get("num_examples")):
@@ -165,6 +189,10 @@ class ModelCardInfo:
             dataset_type = dataset_name = overrides["datasets"][0]
 
         metrics = summary.get("metrics") or {}
+        for prefix in ("eval", "test"):
+            for metric in ("bleu", "chrf", "loss"):
+                key = f"{prefix}_{metric}"
+                check_score(metrics.get(key), f"{SUMMARY_FILE} metrics.{key}", finite=metric != "loss")
         eval_results = [
             TranslationScores(
                 dataset_name=dataset_name,
@@ -206,6 +234,8 @@ class ModelCardInfo:
         }
         if fields["model_name"]:
             fields["model_id"] = f"path/to/{fields['model_name']}"
+        # What the summary gave is checked under its name (the overrides, under theirs, when the card is made).
+        check_card_fields({name: value for name, value in fields.items() if name not in overrides}, f"{SUMMARY_FILE} ")
         fields.update(overrides)
         if "base_model_relation" not in overrides:
             has_base = fields["base_model"] or fields["base_model_local_name"]
@@ -214,6 +244,86 @@ class ModelCardInfo:
             elif fields["base_model_type"] == "marian":
                 fields["base_model_relation"] = "converted"  # loaded from Marian and saved: weights unchanged
         return cls(**fields)
+
+
+def check_card_text(value: object, name: str) -> str:
+    """``value`` if it is one line of printable text (what a card field that lands in the YAML metadata or a title
+    may hold: a line break could start a line of its own there); a one-line error naming ``name`` otherwise."""
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        raise HfEntmaxValueError(f"{name} must be one line of printable text, got {value!r}")
+    return value
+
+
+def check_license(value: object, name: str) -> str:
+    """``value`` if it is a license id as the Hub's metadata takes them (`LICENSE_ID`: apache-2.0, mit, other)."""
+    if not isinstance(value, str) or not LICENSE_ID.fullmatch(value):
+        raise HfEntmaxValueError(
+            f"{name} {value!r} is not a license id: expected a lower-case id such as apache-2.0, mit, cc-by-4.0 or "
+            "other (letters, digits, '.', '-', '+')"
+        )
+    return value
+
+
+def check_language_code(value: object, name: str) -> str:
+    """``value`` if it is a language code (`LANGUAGE_CODE`: de, en, pt-BR, zh_Hans)."""
+    if not isinstance(value, str) or not LANGUAGE_CODE.fullmatch(value):
+        raise HfEntmaxValueError(
+            f"{name} {value!r} is not a language code: expected a code such as de, en or pt-BR (letters, then "
+            "optional '-' or '_' parts)"
+        )
+    return value
+
+
+def check_score(value: object, name: str, *, finite: bool = True) -> None:
+    """Refuse a score that is not a number (or None): the model-index metadata holds BLEU and chrF as numbers, so
+    they must also be ``finite``; a loss may be nan (a run that diverged)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (finite and not math.isfinite(value)):
+        raise HfEntmaxValueError(f"{name} must be a {'finite ' if finite else ''}number, got {value!r}")
+
+
+def check_card_fields(fields: Mapping[str, Any], prefix: str = "") -> None:
+    """Check the `ModelCardInfo` fields in ``fields`` that go into the card's YAML metadata, its title or its code
+    snippet: a license id, language codes, Hub ids, one-line names and tags, numeric scores. Text from a user or a
+    file then cannot add lines (keys) to the metadata. Errors name the field after ``prefix`` (e.g. the file).
+
+    Raises:
+        HfEntmaxValueError: naming the field and its value.
+    """
+    for name, value in fields.items():
+        if value is None:
+            continue
+        where = f"{prefix}{name}"
+        if name == "license":
+            check_license(value, where)
+        elif name in ("source_lang", "target_lang"):
+            check_language_code(value, where)
+        elif name == "base_model":
+            check_repo_id(value, where)
+        elif name == "datasets":
+            for dataset in value:
+                check_repo_id(dataset, where)
+        elif name == "tags":
+            for tag in value:
+                check_card_text(tag, where)
+        elif name in ("model_name", "base_model_local_name"):
+            check_card_text(value, where)
+        elif name == "model_id":
+            # Shown inside a Python string in the usage snippet: a quote or a backslash would change the code.
+            if '"' in check_card_text(value, where) or "\\" in value:
+                raise HfEntmaxValueError(
+                    f"{where} must not hold a quote or a backslash (the usage snippet shows it in a Python string), "
+                    f"got {value!r}; give the repo id (--repo_id)"
+                )
+        elif name == "eval_results":
+            for scores in value:
+                for text in ("dataset_name", "dataset_type", "dataset_config", "split"):
+                    if getattr(scores, text) is not None:
+                        check_card_text(getattr(scores, text), f"{where} {text}")
+                for score in ("bleu", "chrf"):
+                    check_score(getattr(scores, score), f"{where} {scores.split} {score}")
+                check_score(scores.loss, f"{where} {scores.split} loss", finite=False)
 
 
 def training_hyperparameters(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -550,6 +660,9 @@ __all__ = [
     "BASE_MODEL_RELATIONS",
     "ModelCardInfo",
     "TranslationScores",
+    "check_card_fields",
+    "check_language_code",
+    "check_license",
     "read_training_summary",
     "render_model_card",
     "write_training_card",
