@@ -17,7 +17,7 @@ from huggingface_hub.errors import HfHubHTTPError, Response
 from hf_entmax.cli import main
 from hf_entmax.errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
 from hf_entmax.hub import export_hub_folder, push_folder
-from hf_entmax.hub.push import HubTransportError
+from hf_entmax.hub.push import HubTransportError, looks_private, select_upload_files
 
 
 class FakeHfApi:
@@ -274,3 +274,62 @@ def test_push_command_reports_the_commit(hub_folder, online, monkeypatch, capsys
     assert output[1] == "Skipped nothing: every file in the folder belongs in a model repository"
     assert output[2] == f"Pushed {hub_folder} to someone/model: https://huggingface.co/someone/model/discussions/1"
     assert api.calls[0][2]["private"] is True and api.calls[-1][2]["create_pr"] is True
+
+
+# Every file name a model repository of this family (and of Marian, T5, BERT, GPT-2, Llama) holds.
+MODEL_FILE_NAMES = [
+    "config.json", "generation_config.json", "model.safetensors", "model-00001-of-00002.safetensors",
+    "model.safetensors.index.json", "sparsefinder.safetensors", "tokenizer.json", "tokenizer_config.json",
+    "tokenizer.model", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "spiece.model",
+    "sentencepiece.bpe.model", "source.spm", "target.spm", "vocab.json", "vocab.txt", "target_vocab.json",
+    "merges.txt", "README.md", "LICENSE", "LICENSE.md", "training_summary.json", "alpha_history.json",
+    "all_results.json", "eval_results.json", "trainer_state.json", "generated_predictions.txt",
+    "configuration_adaptive_entmax_marian.py", "modeling_adaptive_entmax_marian.py", "entmax.py",
+    "pipeline_translation.py", "sparsefinder_attention.py", "analysis/alpha_heatmap.png",
+    "analysis/density_heatmap.png", "analysis/js_divergence.png", "analysis/alpha_trajectories.png",
+]  # fmt: skip
+PRIVATE_NAMES = [
+    "id_rsa", "id_rsa.model", "id_ed25519.pub", "server.pem", "tls.key", ".env", ".env.local", ".netrc", "_netrc",
+    ".git-credentials", "credentials.json", "aws_credentials_vocab.txt", ".secrets_vocab.json", "hf_token.model",
+    "TOKEN.txt", "password.spm", "db_passwd.json", "openai_api_key.txt", "keys/id_ecdsa.png", ".ssh/config",
+    "client.p12",
+]  # fmt: skip
+
+
+def test_no_model_file_looks_private_and_credentials_do():
+    assert [name for name in MODEL_FILE_NAMES if looks_private(name)] == []
+    assert [name for name in PRIVATE_NAMES if not looks_private(name)] == []
+
+
+def test_links_are_refused_and_linked_folders_listed_unfollowed(hub_folder, tmp_path, online):
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "secret.txt").write_text("hf_secret")
+    folder = shutil.copytree(hub_folder, tmp_path / "hub")
+    (folder / "runs").symlink_to(outside, target_is_directory=True)  # not selected: skipped, never walked into
+    selection = select_upload_files(folder)
+    assert "runs" in selection.skipped and not [name for name in selection.skipped if name.startswith("runs/")]
+
+    (folder / "vocab.json").symlink_to(outside / "deep" / "secret.txt")
+    api = FakeHfApi()
+    with pytest.raises(HfEntmaxValueError, match=r"vocab.json is a symbolic link \(to .*secret.txt\); only the fo"):
+        push_folder(folder, "someone/model", api=api, check_load=False)
+    assert api.calls == []
+
+
+def test_a_private_name_is_refused_before_anything_is_read(hub_folder, tmp_path, online):
+    folder = shutil.copytree(hub_folder, tmp_path / "hub")
+    (folder / "id_rsa.model").write_text("-----BEGIN OPENSSH PRIVATE KEY-----")
+    api = FakeHfApi()
+    with pytest.raises(HfEntmaxValueError, match=r"id_rsa.model is named like a hidden file or a credential"):
+        push_folder(folder, "someone/model", api=api)
+    assert api.calls == []
+
+
+def test_a_card_that_is_not_utf8_is_one_line(hub_folder, tmp_path, online, capsys):
+    folder = shutil.copytree(hub_folder, tmp_path / "hub")
+    (folder / "README.md").write_bytes("# Modèle\n".encode("latin-1"))
+    assert main(["push", str(folder), "--repo_id", "someone/model"]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert "README.md is not UTF-8 text (byte 0xe8 at offset 5); save it as UTF-8" in error

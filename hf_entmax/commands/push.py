@@ -5,9 +5,11 @@ generation_config.json, the tokenizer files, the code files the config loads, RE
 LICENSE, and the training run's records (training_summary.json, alpha_history.json, Trainer's *_results.json and
 trainer_state.json, generated_predictions.txt). Everything else (checkpoint-*/, optimizer/scheduler/RNG states,
 training_args.bin, dotfiles, other files) is skipped, and the command lists what it uploads and what it skips.
-Pickled weights (e.g. pytorch_model.bin) are refused. The upload is refused too if those files do not load in a
-fresh process without hf_entmax. The repo is created if needed; the token comes from the usual places (HF_TOKEN,
-`hf auth login`).
+Pickled weights (e.g. pytorch_model.bin) are refused, and so is a selected file that is a symbolic link (or under
+one) or whose name is hidden or looks like a credential (id_rsa*, *.pem, *token*, *secret*, …: see docs/hub.md).
+The upload is refused too if those files do not load in a fresh process without hf_entmax (with a home folder and
+an environment of its own: no credentials). The repo is created if needed; the token comes from the usual places
+(HF_TOKEN, `hf auth login`).
 """
 
 import argparse

@@ -4,7 +4,8 @@ Only what a model repository needs is uploaded (see `select_upload_files`): weig
 tokenizer files, the code the config points to, the model card and the figures it shows, the license, and the
 training run's records. Everything else (``checkpoint-*/``, optimizer and RNG states, ``training_args.bin``,
 ``.env``, stray files) stays behind, and the command says what it skipped. Before anything goes over the network
-the selected files are checked: no pickled weights, and they load without hf_entmax (see `check_folder_loads`).
+the selected files are checked: regular files of the folder only (no symbolic links), no names of hidden files or
+credentials (`PRIVATE_PATTERNS`), no pickled weights, and they load without hf_entmax (see `check_folder_loads`).
 Hub failures (offline, unreachable, no token, a rejected token, …) become one-line errors.
 """
 
@@ -12,7 +13,6 @@ import fnmatch
 import glob
 import json
 import os
-import posixpath
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -26,8 +26,8 @@ from transformers.dynamic_module_utils import get_relative_imports
 from ..common.hub_ids import check_repo_id
 from ..common.model_folder import PICKLE_SUFFIXES, check_safetensors_weights
 from ..common.records import RUN_RECORD_FILES
-from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
-from .export import check_folder_loads
+from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, describe_os_error, one_line
+from .export import check_folder_loads, folder_file, folder_path
 
 
 LOGIN_HINT = "log in with `hf auth login`, or set HF_TOKEN to a token with write access"
@@ -62,6 +62,29 @@ UPLOAD_PATTERNS = (
 )
 # What Trainer saves to resume training: skipped like any other non-model file, wherever it is.
 TRAINING_STATE_PATTERNS = ("training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth")
+# Names never uploaded, in any part of a path (lower case): hidden files and folders (.env, .netrc,
+# .git-credentials), and names of keys, tokens, passwords and credentials. The tokenizer files (`TOKENIZER_NAMES`)
+# are the only model files with such a word in their name; no other file a model repository holds matches.
+PRIVATE_PATTERNS = (
+    ".*",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "_netrc",
+    "*credential*",
+    "*secret*",
+    "*password*",
+    "*passwd*",
+    "*api_key*",
+    "*apikey*",
+    "*token*",
+)
+TOKENIZER_NAMES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json")
 FIGURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
 # Image sources in markdown (``![alt](path "title")``) and HTML (``<img src="path">``).
 _IMAGE_REFERENCE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)|<img\b[^>]*?\bsrc\s*=\s*[\"']([^\"']+)[\"']")
@@ -75,11 +98,12 @@ class UploadSelection:
     skipped: list[str]
 
     def describe(self, folder: str | os.PathLike) -> str:
-        """Two lines for the user: what is uploaded, and what is skipped, grouped by top-level folder."""
-        uploading = f"Uploading {len(self.files)} files from {folder}: {', '.join(self.files)}"
+        """Two lines for the user: what is uploaded, and what is skipped, grouped by top-level folder (a name with
+        control characters is shown escaped, so that it cannot rewrite the terminal)."""
+        uploading = f"Uploading {len(self.files)} files from {folder}: {', '.join(map(_shown, self.files))}"
         if not self.skipped:
             return f"{uploading}\nSkipped nothing: every file in the folder belongs in a model repository"
-        groups = Counter(path.split("/")[0] + "/" if "/" in path else path for path in self.skipped)
+        groups = Counter(_shown(path.split("/")[0]) + "/" if "/" in path else _shown(path) for path in self.skipped)
         skipped = ", ".join(
             f"{name} ({count} file{'s' if count > 1 else ''})" if name.endswith("/") else name
             for name, count in sorted(groups.items())
@@ -180,18 +204,20 @@ def select_upload_files(folder: str | os.PathLike) -> UploadSelection:
     README.md, LICENSE, the run's records), the code files the configs' ``auto_map`` and ``custom_pipelines``
     name (with their relative imports, as transformers fetches them), and the images README.md shows. Everything
     else is skipped: subfolders such as ``checkpoint-*/`` and ``.git/``, Trainer's optimizer/scheduler/RNG states
-    and ``training_args.bin``, other code, dotfiles such as ``.env``.
+    and ``training_args.bin``, other code, dotfiles such as ``.env``, links to folders (never followed).
 
     Raises:
         HfEntmaxFileNotFoundError: no such folder, or README.md shows an image the folder does not have.
         HfEntmaxValueError: a top-level pickle file other than Trainer's states (e.g. ``pytorch_model.bin``): it
             would be weights that unpickle, which hf_entmax never publishes; no config.json; no safetensors weights
-            or two sets of them (one stale); a config naming code that is not a file of the folder.
+            or two sets of them (one stale); a config naming code that is not a file of the folder; a file to
+            upload that is a symbolic link (or under one), or whose name is hidden or looks like a credential
+            (`PRIVATE_PATTERNS`); a README.md or config that is not UTF-8.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise HfEntmaxFileNotFoundError(f"{folder}: no such folder")
-    every_file = sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
+    every_file = _folder_entries(folder)
     top_level = [path for path in every_file if "/" not in path]
     if pickled := [
         name
@@ -208,9 +234,56 @@ def select_upload_files(folder: str | os.PathLike) -> UploadSelection:
     check_safetensors_weights(folder, f"refusing to upload {folder}:")
 
     selected = {name for name in top_level if _matches(name, UPLOAD_PATTERNS)}
-    selected |= _code_files(folder)
-    selected |= _card_figures(folder)
+    _check_publishable(folder, selected)  # before the configs and the card are read for what they name
+    named = _code_files(folder) | _card_figures(folder)
+    _check_publishable(folder, named)
+    selected |= named
     return UploadSelection(files=sorted(selected), skipped=[path for path in every_file if path not in selected])
+
+
+def looks_private(path: str) -> bool:
+    """Whether a part of ``path`` is hidden or named like a key, token, password or credential (`PRIVATE_PATTERNS`;
+    the tokenizer files, `TOKENIZER_NAMES`, are not)."""
+    return any(
+        _matches(part, PRIVATE_PATTERNS) and not _matches(part, TOKENIZER_NAMES) for part in path.lower().split("/")
+    )
+
+
+def _check_publishable(folder: Path, names: set[str]) -> None:
+    """Refuse a name that looks private (`looks_private`), or a path that is not a regular file of ``folder``
+    (a symbolic link, or under one: `folder_file`)."""
+    for name in sorted(names):
+        if looks_private(name):
+            raise HfEntmaxValueError(
+                f"refusing to upload {folder}: {_shown(name)} is named like a hidden file or a credential (key, "
+                "token, secret, password), which push never uploads; rename it if it belongs in the model repository, "
+                "or move it out of the folder"
+            )
+        folder_file(folder, name, f"refusing to upload {folder}")
+
+
+def _folder_entries(folder: Path) -> list[str]:
+    """Every file of ``folder`` and its subfolders, and every link (to a file or a folder), as sorted relative POSIX
+    paths; links to folders are listed, not followed."""
+    entries = []
+    for root, folders, files in os.walk(folder):
+        relative = Path(root).relative_to(folder)
+        links = [name for name in folders if (Path(root) / name).is_symlink()]
+        entries += [(relative / name).as_posix() for name in (*files, *links)]
+    return sorted(entries)
+
+
+def _read_text(path: Path, folder: Path) -> str:
+    """A text file of the folder to upload; one line when it is not UTF-8 or cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise HfEntmaxValueError(
+            f"refusing to upload {folder}: {path.name} is not UTF-8 text (byte {error.object[error.start]:#04x} at "
+            f"offset {error.start}); save it as UTF-8, as the Hub shows it"
+        ) from None
+    except OSError as error:
+        raise HfEntmaxValueError(f"refusing to upload {folder}: cannot read {describe_os_error(error)}") from None
 
 
 def _code_files(folder: Path) -> set[str]:
@@ -221,8 +294,8 @@ def _code_files(folder: Path) -> set[str]:
         if not (folder / config_name).is_file():
             continue
         try:
-            config = json.loads((folder / config_name).read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            config = json.loads(_read_text(folder / config_name, folder))
+        except json.JSONDecodeError as error:
             raise HfEntmaxValueError(f"{folder / config_name} is not valid JSON: {one_line(error)}") from None
         references = list((config.get("auto_map") or {}).values())
         references += [task.get("impl") for task in (config.get("custom_pipelines") or {}).values()]
@@ -244,23 +317,25 @@ def _code_files(folder: Path) -> set[str]:
             continue
         if not (folder / name).is_file():
             raise HfEntmaxFileNotFoundError(f"refusing to upload {folder}: its config needs {name}, which is missing")
+        folder_file(folder, name, f"refusing to upload {folder}")  # before it is read for its imports
         files.add(name)
         modules += get_relative_imports(folder / name)
     return files
 
 
 def _card_figures(folder: Path) -> set[str]:
-    """The images in ``folder`` that README.md shows (relative links; web addresses are not files to upload)."""
+    """The images in ``folder`` that README.md shows (relative links; web addresses and paths that leave the folder
+    are not files to upload)."""
     readme = folder / "README.md"
     if not readme.is_file():
         return set()
     figures = set()
-    for match in _IMAGE_REFERENCE.finditer(readme.read_text(encoding="utf-8")):
+    for match in _IMAGE_REFERENCE.finditer(_read_text(readme, folder)):
         link = (match.group(1) or match.group(2)).split("#")[0].split("?")[0]
-        if not link or "://" in link or link.startswith(("/", "data:")):
+        if "://" in link or link.startswith("data:"):
             continue
-        path = posixpath.normpath(link)
-        if path.startswith("../") or not path.lower().endswith(FIGURE_SUFFIXES):
+        path = folder_path(link)
+        if path is None or not path.lower().endswith(FIGURE_SUFFIXES):
             continue
         if not (folder / path).is_file():
             raise HfEntmaxFileNotFoundError(
@@ -274,10 +349,22 @@ def _matches(name: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
+def _shown(name: str) -> str:
+    """``name`` as printed: escaped when it holds control characters (a terminal would act on them)."""
+    return name if name.isprintable() else ascii(name)
+
+
 def _offline() -> bool:
     """HF_HUB_OFFLINE as set now (huggingface_hub reads it once, at import)."""
     value = os.environ.get("HF_HUB_OFFLINE")
     return constants.HF_HUB_OFFLINE or (value is not None and value.strip().upper() in {"1", "ON", "YES", "TRUE"})
 
 
-__all__ = ["UPLOAD_PATTERNS", "UploadSelection", "push_folder", "select_upload_files"]
+__all__ = [
+    "PRIVATE_PATTERNS",
+    "UPLOAD_PATTERNS",
+    "UploadSelection",
+    "looks_private",
+    "push_folder",
+    "select_upload_files",
+]
