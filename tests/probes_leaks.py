@@ -137,6 +137,13 @@ def probe_export_analysis_figure_under_a_linked_folder(bench):
     return cli(_export(bench, "--analysis", str(analysis)), "plots", "symbolic link")
 
 
+@probe(11, pending="hf_entmax/analysis/report.py model_card_section (figure names read outside its try)")
+def probe_export_analysis_figure_name_not_text(bench):
+    """export --analysis: report.json names a figure by a number, not a file name"""
+    analysis = _analysis(bench, {"alpha_heatmap": 5})
+    return cli(_export(bench, "--analysis", str(analysis)), "report.json")
+
+
 @probe(11)
 def probe_export_record_is_a_link_out(bench):
     """export --model: a run record (generated_predictions.txt) is a symbolic link to a file outside the folder"""
