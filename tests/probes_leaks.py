@@ -603,6 +603,13 @@ def probe_export_load_check_temporary_folder_read_only(bench):
 
 
 @probe(12)
+def probe_push_a_file(bench):
+    """push: the path given is a file (the model's README.md), not a folder"""
+    readme = bench.hub_folder() / "README.md"
+    return cli(["push", str(readme), "--repo_id", "someone/model"], str(readme), "is a file")
+
+
+@probe(12)
 def probe_push_readme_not_utf8(bench):
     """push: README.md is Latin-1, not UTF-8"""
     folder = bench.hub_folder()

@@ -208,13 +208,15 @@ def select_upload_files(folder: str | os.PathLike) -> UploadSelection:
 
     Raises:
         HfEntmaxFileNotFoundError: no such folder, or README.md shows an image the folder does not have.
-        HfEntmaxValueError: a top-level pickle file other than Trainer's states (e.g. ``pytorch_model.bin``): it
-            would be weights that unpickle, which hf_entmax never publishes; no config.json; no safetensors weights
-            or two sets of them (one stale); a config naming code that is not a file of the folder; a file to
-            upload that is a symbolic link (or under one), or whose name is hidden or looks like a credential
-            (`PRIVATE_PATTERNS`); a README.md or config that is not UTF-8.
+        HfEntmaxValueError: a file instead of a folder; a top-level pickle file other than Trainer's states (e.g.
+            ``pytorch_model.bin``): it would be weights that unpickle, which hf_entmax never publishes; no
+            config.json; no safetensors weights or two sets of them (one stale); a config naming code that is not a
+            file of the folder; a file to upload that is a symbolic link (or under one), or whose name is hidden or
+            looks like a credential (`PRIVATE_PATTERNS`); a README.md or config that is not UTF-8.
     """
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise HfEntmaxValueError(f"{folder} is a file; push a model folder")
     if not folder.is_dir():
         raise HfEntmaxFileNotFoundError(f"{folder}: no such folder")
     every_file = _folder_entries(folder)
