@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 from helpers import tiny_config, tiny_model
@@ -38,12 +40,52 @@ def attention_modules(model):
         ({"encoder_layers": -1}, "`encoder_layers` must be a positive whole number, got -1"),
         ({"decoder_attention_heads": 0}, "`decoder_attention_heads` must be a positive whole number, got 0"),
         ({"d_model": 30}, "`d_model` \\(30\\) must be divisible by `encoder_attention_heads` \\(4\\)"),
-        ({"pad_token_id": 64}, "`pad_token_id` \\(64\\) must be a token id below `vocab_size` \\(64\\)"),
+        ({"pad_token_id": 64}, "`pad_token_id` must be a token id below `vocab_size` \\(64\\), got 64"),
+        ({"dropout": 1.5}, "`dropout` must be a probability in \\[0, 1\\), got 1.5"),
+        ({"attention_dropout": -0.5}, "`attention_dropout` must be a probability in \\[0, 1\\), got -0.5"),
+        ({"activation_dropout": float("nan")}, "`activation_dropout` must be a probability in \\[0, 1\\), got nan"),
+        ({"encoder_layerdrop": 2}, "`encoder_layerdrop` must be a probability in \\[0, 1\\), got 2"),
+        ({"activation_function": "foo"}, "`activation_function` must be one of transformers' activations \\(.*gelu"),
+        ({"init_std": -1.0}, "`init_std` must be a finite number > 0, got -1.0"),
+        ({"max_position_embeddings": 1}, "`max_position_embeddings` must be at least 2"),
+        ({"eos_token_id": 64}, "`eos_token_id` must be a token id below `vocab_size` \\(64\\), got 64"),
+        ({"eos_token_id": [1, 70]}, "`eos_token_id` must be a token id below `vocab_size` \\(64\\), got \\[1, 70\\]"),
+        ({"forced_eos_token_id": -1}, "`forced_eos_token_id` must be a token id below `vocab_size`"),
+        ({"decoder_vocab_size": 80}, "`decoder_vocab_size` \\(80\\) must equal `vocab_size` \\(64\\) when `share_enc"),
+        (
+            {"share_encoder_decoder_embeddings": False, "decoder_vocab_size": 32, "decoder_start_token_id": 40},
+            "`decoder_start_token_id` must be a token id below `decoder_vocab_size` \\(32\\), got 40",
+        ),
     ],
 )
 def test_config_rejects_invalid_settings_naming_the_field(overrides, message):
     with pytest.raises(StrictDataclassClassValidationError, match=message):
         tiny_config(**overrides)
+
+
+def test_config_with_separate_vocabularies_checks_each_token_against_its_vocabulary():
+    """Without shared embeddings the target vocabulary is `decoder_vocab_size`: target tokens are checked against it,
+    and the padding token (of both sides) against the smaller of the two."""
+    config = tiny_config(share_encoder_decoder_embeddings=False, decoder_vocab_size=32, eos_token_id=31)
+    model = AdaptiveEntmaxMarianMTModel(config)
+    assert model.lm_head.weight.shape == (32, 32) and model.model.encoder.embed_tokens.weight.shape == (64, 32)
+    with pytest.raises(StrictDataclassClassValidationError, match="`vocab_size` and `decoder_vocab_size` \\(32\\)"):
+        tiny_config(share_encoder_decoder_embeddings=False, decoder_vocab_size=32, pad_token_id=40)
+
+
+def test_config_takes_a_marian_config_as_convert_does():
+    """`hf-entmax convert` builds the config from a MarianMT config.json's fields: Marian's own values (tokens at the
+    end of the vocabulary, a separate decoder vocabulary size equal to the shared one, swish) stay valid."""
+    marian = MarianConfig(
+        vocab_size=101, decoder_vocab_size=101, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4,
+        activation_function="swish", pad_token_id=100, decoder_start_token_id=100, eos_token_id=0, bos_token_id=0,
+        forced_eos_token_id=0, max_position_embeddings=512,
+    )  # fmt: skip
+    fields = {
+        key: value for key, value in marian.to_dict().items() if key in AdaptiveEntmaxMarianConfig.__dataclass_fields__
+    }
+    config = AdaptiveEntmaxMarianConfig(**fields, alpha_init=1.0, learn_alpha=False)
+    assert config.decoder_vocab_size == 101 and config.activation_function == "swish"
 
 
 def test_config_per_type_overrides_fall_back_to_global_settings():
@@ -146,6 +188,38 @@ def test_loss_backpropagates_to_every_alpha_logit(batch):
         assert module.alpha_logits.grad.abs().sum() > 0
 
 
+def test_loss_is_marians_mean_over_the_target_tokens(batch):
+    """The loss is the mean cross-entropy of the tokens whose label is not −100, as Marian's: equal to Marian's own
+    loss on the same weights, and padding labels (−100) change nothing."""
+    model = tiny_model(init_std=0.3)
+    labels = batch["decoder_input_ids"][:, 1:].contiguous()
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    loss = model(**inputs, labels=labels).loss
+    assert torch.equal(loss, MarianMTModel.forward(model, **inputs, labels=labels).loss)
+    padded = torch.cat([labels, torch.full((2, 2), -100)], dim=1)
+    decoder_input_ids = torch.cat([batch["decoder_input_ids"], torch.zeros((2, 2), dtype=torch.long)], dim=1)
+    logits = model(**inputs, decoder_input_ids=decoder_input_ids[:, :-1]).logits
+    expected = torch.nn.functional.cross_entropy(logits[:, :3].reshape(-1, 64), labels.reshape(-1))
+    torch.testing.assert_close(
+        model(**inputs, decoder_input_ids=decoder_input_ids[:, :-1], labels=padded).loss, expected
+    )
+
+
+def test_labels_without_target_tokens_give_a_loss_of_zero_with_zero_gradients(batch):
+    """A batch whose labels are all −100 has no token to learn from: its loss is 0 and every gradient is 0 (a mean
+    would be 0 / 0 = NaN, and one such batch would turn every weight into NaN at the next step)."""
+    model = tiny_model(init_std=0.3).train()
+    labels = torch.full_like(batch["decoder_input_ids"], -100)
+    output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels)
+    assert output.loss.item() == 0.0
+    output.loss.backward()
+    gradients = [parameter.grad for parameter in model.parameters() if parameter.grad is not None]
+    assert gradients and all(torch.equal(gradient, torch.zeros_like(gradient)) for gradient in gradients)
+    # As a tuple, the loss comes first, as Marian's.
+    as_tuple = model(input_ids=batch["input_ids"], labels=labels, return_dict=False)
+    assert as_tuple[0].item() == 0.0 and as_tuple[1].shape == (2, 4, 64)
+
+
 # --- attention behaviour ---------------------------------------------------------------------------
 
 
@@ -219,6 +293,33 @@ def test_attention_dropout_in_training_returns_the_weights_that_multiplied_the_v
     torch.manual_seed(0)
     assert torch.equal(model(**batch, output_attentions=True).encoder_attentions[0], weights)
     assert torch.equal(model.eval()(**batch, output_attentions=True).encoder_attentions[0], probabilities)
+
+
+def test_attention_weights_keep_their_gradient(batch, attention_path):
+    """transformers' `test_retain_grad_hidden_states_attentions` on both paths, in training (attention dropout on)
+    and evaluation: with `output_attentions`, the first layer's attention weights of each kind are in the output's
+    graph, so a gradient of one output value reaches them (gradient-based attribution needs it)."""
+    model = tiny_model(init_std=0.5, attention_dropout=0.1)
+    model.config.output_hidden_states = True
+    model.config.output_attentions = True
+    for mode in (model.train, model.eval):
+        mode()
+        outputs = model(**batch)
+        retained = [
+            outputs.encoder_hidden_states[0],
+            outputs.encoder_attentions[0],
+            outputs.decoder_hidden_states[0],
+            outputs.decoder_attentions[0],
+            outputs.cross_attentions[0],
+        ]
+        for tensor in retained:
+            tensor.retain_grad()
+        outputs[0].flatten()[0].backward(retain_graph=True)
+        assert all(tensor.grad is not None for tensor in retained), mode.__name__
+        # That logit is the padding token's, a constant (its tied embedding is zeros); token 5's, at the first
+        # position, depends on the first query's weights in every layer.
+        outputs.logits[0, 0, 5].backward()
+        assert outputs.cross_attentions[0].grad[0, :, 0].abs().sum() > 0
 
 
 def test_padding_does_not_change_the_result(batch):
@@ -302,3 +403,66 @@ def test_converting_marian_weights_initialises_missing_alpha_logits(tmp_path):
     model = AdaptiveEntmaxMarianMTModel.from_pretrained(tmp_path, config=config)
     torch.testing.assert_close(model.get_alphas()["encoder_self"], torch.full((2, 4), 1.25))
     torch.testing.assert_close(model.lm_head.weight, marian.lm_head.weight)
+
+
+# --- the load-time check ----------------------------------------------------------------------------
+
+
+def saved_folder(tmp_path, **overrides):
+    """A tiny model saved to ``tmp_path`` with its config.json changed by ``overrides`` afterwards."""
+    model = tiny_model(init_std=0.5, **{"alpha_init": 1.5, **overrides.pop("model", {})})
+    model.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **overrides}))
+    return model
+
+
+def set_alpha_logits(model, alpha):
+    with torch.no_grad():
+        for module in attention_modules(model):
+            module.alpha_logits.fill_(modeling.alpha_to_logit(alpha))
+
+
+def test_a_learned_alpha_just_past_its_bound_loads_one_moved_later_is_refused(tmp_path):
+    """Training stops α at the clamp while its logit may drift a little further: such a model loads. A bound moved
+    after training beyond `ALPHA_BOUND_TOLERANCE` would clamp heads to a value they never had: refused."""
+    model = tiny_model(alpha_init=1.5, alpha_min=1.2)
+    set_alpha_logits(model, 1.2 - modeling.ALPHA_BOUND_TOLERANCE / 2)
+    model.save_pretrained(tmp_path)
+    reloaded = AdaptiveEntmaxMarianMTModel.from_pretrained(tmp_path)
+    torch.testing.assert_close(reloaded.get_alphas()["cross"], torch.full((2, 4), 1.2))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "alpha_min": 1.3}))
+    with pytest.raises(ValueError, match=r"model.safetensors: a learned α of .* is 1.175 .* `alpha_min` \(1.3\)"):
+        AdaptiveEntmaxMarianMTModel.from_pretrained(tmp_path)
+
+
+def test_a_config_with_other_alpha_settings_is_the_callers_choice(tmp_path, batch):
+    """Loading learned weights with a config whose α settings differ from the saved ones (as `hf-entmax train` does
+    to fix α) drops the learned α on purpose; the same config written into the folder is refused."""
+    saved_folder(tmp_path)
+    config = AdaptiveEntmaxMarianConfig.from_pretrained(tmp_path)
+    config.learn_alpha, config.alpha_init = False, 1.2
+    model = AdaptiveEntmaxMarianMTModel.from_pretrained(tmp_path, config=config)
+    assert torch.equal(model.get_alphas()["cross"], torch.full((2, 4), 1.2))
+    config.save_pretrained(tmp_path)
+    with pytest.raises(
+        ValueError, match=r"model.safetensors: the weights hold learned α of .* `learn_alpha` is False"
+    ):
+        AdaptiveEntmaxMarianMTModel.from_pretrained(tmp_path)
+
+
+def test_weights_that_do_not_fit_the_architecture_are_refused_whatever_the_config(tmp_path):
+    saved_folder(tmp_path)
+    config = AdaptiveEntmaxMarianConfig.from_pretrained(tmp_path)
+    config.decoder_ffn_dim = 48
+    with pytest.raises(ValueError, match=r"saved with decoder_ffn_dim = 64 .* the config's `decoder_ffn_dim` is 48"):
+        AdaptiveEntmaxMarianMTModel.from_pretrained(tmp_path, config=config)
+
+
+def test_the_bare_model_loads_the_translation_models_folder_with_its_checks(tmp_path):
+    saved_folder(tmp_path)
+    assert type(AdaptiveEntmaxMarianModel.from_pretrained(tmp_path)) is AdaptiveEntmaxMarianModel
+    saved_folder(tmp_path, encoder_layers=1)
+    with pytest.raises(ValueError, match="the weights hold 2 encoder layers, but the config's `encoder_layers` is 1"):
+        AdaptiveEntmaxMarianModel.from_pretrained(tmp_path)

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer, PreTrainedConfig, PreTrainedModel, PreTr
 from transformers.utils import logging as transformers_logging
 
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError, last_line
-from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
+from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig, check_generation_settings
 
 
 # The two ways of storing safetensors weights. A folder holds one: transformers loads model.safetensors when it is
@@ -140,14 +140,20 @@ def load_pretrained(
 
     Raises:
         HfEntmaxValueError: naming ``name``, for a cut-off or corrupt weights file, a config the model class refuses,
-            weights that do not fit, or pickled weights holding more than tensors (torch's ``weights_only`` loader
+            weights that do not fit (AdaptiveEntmaxMarian's load-time check: layers, sizes, learned α), a generation
+            config that ``generate`` would fail on (``num_beams`` 0, a token id past the vocabulary, more tokens than
+            the decoder's positions), or pickled weights holding more than tensors (torch's ``weights_only`` loader
             refuses them: hf-entmax never unpickles code).
     """
     hide_bar = not progress and transformers_logging.is_progress_bar_enabled()
     if hide_bar:
         transformers_logging.disable_progress_bar()
     try:
-        return model_class.from_pretrained(folder, **kwargs)
+        model = model_class.from_pretrained(folder, **kwargs)
+        if getattr(model, "generation_config", None) is not None:
+            # AdaptiveEntmaxMarian's from_pretrained has checked it already; MarianMTModel's does not.
+            check_generation_settings(model.generation_config.to_dict(), model.config, f"{folder}: generation config")
+        return model
     except pickle.UnpicklingError as error:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
         files = ", ".join(path for path in find_pickle_files(folder) if "/" not in path) or "its pickled weights"

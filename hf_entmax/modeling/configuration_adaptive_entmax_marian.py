@@ -4,10 +4,13 @@ This file is copied to the Hub next to the model, so it needs nothing but torch 
 """
 
 import difflib
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from huggingface_hub.dataclasses import strict
-from transformers import MarianConfig
+from transformers import MarianConfig, PreTrainedConfig
+from transformers.activations import ACT2FN
 
 
 ATTENTION_TYPES = ("encoder_self", "decoder_self", "cross")
@@ -28,6 +31,19 @@ SIZE_FIELDS = (
     "decoder_ffn_dim",
     "max_position_embeddings",
 )
+# Probabilities of dropping something in training: 1 would drop everything (and divide by 1 − p = 0).
+PROBABILITY_FIELDS = ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop")
+# The decoder's start token and one generated token: fewer positions leave nothing to generate.
+MIN_POSITIONS = 2
+# The whole numbers a generation config sets, and their least values (0 for the minimum lengths).
+GENERATION_COUNTS = {
+    "num_beams": 1,
+    "num_return_sequences": 1,
+    "max_length": 1,
+    "max_new_tokens": 1,
+    "min_length": 0,
+    "min_new_tokens": 0,
+}
 
 
 @dataclass(frozen=True)
@@ -254,10 +270,56 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions):
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             if self.d_model % getattr(self, name):
                 raise ValueError(f"`d_model` ({self.d_model}) must be divisible by `{name}` ({getattr(self, name)})")
-        for name in ("pad_token_id", "decoder_start_token_id"):
+        if self.max_position_embeddings < MIN_POSITIONS:
+            raise ValueError(
+                f"`max_position_embeddings` must be at least {MIN_POSITIONS} (the decoder's start token and one "
+                f"generated token), got {self.max_position_embeddings}"
+            )
+        # Marian's `__post_init__` has already turned a missing `decoder_vocab_size` into `vocab_size`.
+        decoder_vocab_size = self.decoder_vocab_size
+        if isinstance(decoder_vocab_size, bool) or not isinstance(decoder_vocab_size, int) or decoder_vocab_size < 1:
+            raise ValueError(f"`decoder_vocab_size` must be a positive whole number, got {decoder_vocab_size!r}")
+        if self.share_encoder_decoder_embeddings and decoder_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"`decoder_vocab_size` ({decoder_vocab_size}) must equal `vocab_size` ({self.vocab_size}) when "
+                "`share_encoder_decoder_embeddings` is True (one embedding serves both): set "
+                "share_encoder_decoder_embeddings=False for a separate target vocabulary"
+            )
+
+    def validate_token_ids(self):
+        """Part of `@strict` validation: every ``*_token_id`` is None or a token of the vocabulary it is used in.
+
+        transformers' own check only warns (configs of other models on the Hub store ids such as -1); a token id of
+        this model outside its vocabulary fails in the embedding or in generation, so here it is an error.
+        ``pad_token_id`` pads both the source and the target, the others are target tokens.
+        """
+        target = "vocab_size" if self.share_encoder_decoder_embeddings else "decoder_vocab_size"
+        for name in sorted(name for name in vars(self) if name.endswith("_token_id")):
             value = getattr(self, name)
-            if value is not None and not 0 <= value < self.vocab_size:
-                raise ValueError(f"`{name}` ({value}) must be a token id below `vocab_size` ({self.vocab_size})")
+            if value is None:
+                continue
+            if name == "pad_token_id" and target != "vocab_size":  # pads the source and the target
+                limit, within = min(self.vocab_size, self.decoder_vocab_size), "`vocab_size` and `decoder_vocab_size`"
+            else:
+                limit, within = getattr(self, target), f"`{target}`"
+            for token in value if isinstance(value, list) else [value]:
+                if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < limit:
+                    raise ValueError(f"`{name}` must be a token id below {within} ({limit}), got {value!r}")
+
+    def validate_layer_settings(self):
+        """Part of `@strict` validation: dropout probabilities in [0, 1), a known activation, a usable ``init_std``."""
+        for name in PROBABILITY_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}")
+        if self.activation_function not in ACT2FN:
+            raise ValueError(
+                f"`activation_function` must be one of transformers' activations ({', '.join(sorted(ACT2FN))}), "
+                f"got {self.activation_function!r}"
+            )
+        init_std = self.init_std
+        if isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or not 0.0 < init_std < math.inf:
+            raise ValueError(f"`init_std` must be a finite number > 0, got {init_std!r}")
 
     def validate_no_misspelled_fields(self):
         """Part of `@strict` validation: an unknown keyword close to a field's name is a typo, not extra metadata
@@ -276,4 +338,67 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions):
             raise ValueError(f"`output_attentions` must be True or False, got {self.output_attentions!r}")
 
 
-__all__ = ["AdaptiveEntmaxMarianConfig", "AlphaOptions", "AlphaSettings", "ScalingOptions"]
+def check_generation_settings(
+    settings: Mapping[str, object], config: PreTrainedConfig, where: str, prompt_length: int = 1
+) -> None:
+    """Refuse generation settings that ``generate`` would fail on for a model of ``config``, deep inside it (a
+    ZeroDivisionError for ``num_beams`` 0, an IndexError for a token id past the vocabulary or an output longer than
+    the decoder's positions).
+
+    Args:
+        settings: The generation settings in effect, by name (``GenerationConfig.to_dict()``, or a call's arguments
+            over it); others than those checked are ignored.
+        config: The model's config: its target vocabulary (``vocab_size``, or ``decoder_vocab_size`` with separate
+            embeddings) and ``max_position_embeddings``.
+        where: What the settings come from, at the start of the message (e.g. ``"folder: generation config"``).
+        prompt_length: Length of the decoder's prompt (its start token, or the ``decoder_input_ids`` given).
+
+    Raises:
+        ValueError: naming ``where``, the setting and its value.
+    """
+    for name, least in GENERATION_COUNTS.items():
+        value = settings.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ValueError(f"{where}: `{name}` must be an integer >= {least}, got {value!r}")
+    shared = getattr(config, "share_encoder_decoder_embeddings", True)
+    vocab_size = getattr(config, "vocab_size" if shared else "decoder_vocab_size", None)
+    for name in sorted(name for name in settings if name.endswith("_token_id")):
+        value = settings[name]
+        tokens = value if isinstance(value, (list, tuple)) else [value]
+        if (
+            vocab_size is not None
+            and value is not None
+            and not all(
+                isinstance(token, int) and not isinstance(token, bool) and 0 <= token < vocab_size for token in tokens
+            )
+        ):
+            raise ValueError(
+                f"{where}: `{name}` must be a token id below the vocabulary size {vocab_size}, got {value!r}"
+            )
+    # As in generate: `max_new_tokens` takes precedence over `max_length`.
+    name = "max_new_tokens" if settings.get("max_new_tokens") is not None else "max_length"
+    limit = settings.get(name)
+    if limit is None:
+        return
+    total = limit + prompt_length if name == "max_new_tokens" else limit
+    if total <= prompt_length:
+        raise ValueError(
+            f"{where}: `max_length`={limit} leaves no room for a token after the decoder's {prompt_length}-token "
+            f"start: it must be at least {prompt_length + 1} (or pass max_new_tokens)"
+        )
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is not None and total > positions:
+        raise ValueError(
+            f"{where}: `{name}`={limit} lets a translation grow to {total} tokens with the decoder's start, but the "
+            f"decoder has {positions} positions (max_position_embeddings): pass max_new_tokens <= "
+            f"{positions - prompt_length}"
+        )
+
+
+__all__ = [
+    "AdaptiveEntmaxMarianConfig",
+    "AlphaOptions",
+    "AlphaSettings",
+    "ScalingOptions",
+    "check_generation_settings",
+]

@@ -16,19 +16,24 @@ The classes below re-declare Marian's constructors so that every attention modul
 This file is copied to the Hub next to the model, so it needs nothing but torch and transformers.
 """
 
+import json
 import math
 import os
+import re
 import shutil
 import sys
+from dataclasses import dataclass, fields
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from torch import nn
 from transformers import AttentionInterface
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.models.marian.modeling_marian import (
     MarianAttention,
     MarianDecoder,
@@ -39,10 +44,18 @@ from transformers.models.marian.modeling_marian import (
     MarianMTModel,
     MarianPreTrainedModel,
     MarianSinusoidalPositionalEmbedding,
+    shift_tokens_right,
 )
+from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder
 
-from .configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
+from .configuration_adaptive_entmax_marian import (
+    ATTENTION_TITLES,
+    AdaptiveEntmaxMarianConfig,
+    AlphaOptions,
+    ScalingOptions,
+    check_generation_settings,
+)
 from .entmax import entmax
 from .sparsefinder_attention import OperatingPoint, SparsefinderPredictor, apply_predicted_sparsity
 
@@ -58,12 +71,33 @@ except ImportError:
 
 
 ATTENTION_IMPLEMENTATION = "adaptive_entmax"
+# Labels with this value are no target token (padding, or positions left out of the loss), as in transformers.
+IGNORE_INDEX = -100
 
 
 def alpha_to_logit(alpha: float) -> float:
     """The ``alpha_logit`` whose ``1 + sigmoid(alpha_logit)`` is ``alpha`` (kept finite at α = 1 and 2)."""
     excess = min(max(alpha - 1.0, 1e-6), 1.0 - 1e-6)
     return math.log(excess / (1.0 - excess))
+
+
+def target_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The translation loss: cross-entropy summed over the target tokens, divided by their number or 1 if none.
+
+    Args:
+        logits: ``(batch, target_len, vocab)``.
+        labels: ``(batch, target_len)`` token ids, `IGNORE_INDEX` (−100) where there is no target token.
+
+    Returns:
+        A scalar: the mean cross-entropy of the target tokens (Marian's loss), and for labels without any target
+        token (all −100) 0, whose gradients are zeros, where the mean would be 0 / 0 = NaN.
+    """
+    labels = labels.to(logits.device)
+    total = nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    # Clamped rather than branched on, so that the forward stays one graph under torch.compile.
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
 
 
 def entmax_attention_forward(
@@ -100,7 +134,9 @@ def entmax_attention_forward(
 
     With hf_entmax installed, float32/float64 CPU attention runs fused in its native kernel
     (``native_entmax_attention``, dropout included), equal to the composed operations below up to float32 rounding
-    (its dropout mask is drawn differently, from the same generator); and with ``HF_ENTMAX_TRITON=1``, CUDA attention
+    (its dropout mask is drawn differently, from the same generator); weights wanted where autograd records are part
+    of the output's graph on every path, as transformers' ``test_retain_grad_hidden_states_attentions`` asks (the
+    kernel then leaves the products to PyTorch). With ``HF_ENTMAX_TRITON=1``, CUDA attention
     without dropout whose weights are not wanted runs in the Triton kernel (``triton_entmax_attention``). With a
     Sparsefinder graph (``module.predicted_sparsity``), attention runs over the graph's pairs only: gathered where
     hf_entmax's kernel does it and it pays (``PredictedSparsity.attend``), else with the other pairs masked.
@@ -139,7 +175,9 @@ def entmax_attention_forward(
 
     fused = None  # each kernel returns None where it does not apply, and says why (hf_entmax.kernels.describe())
     if native_entmax_attention is not None and query.device.type == "cpu":
-        fused = native_entmax_attention(query * scaling, key, value, alpha, mask, dropout)
+        fused = native_entmax_attention(
+            query * scaling, key, value, alpha, mask, dropout, weights_wanted=weights_wanted
+        )
     elif triton_entmax_attention is not None:
         # A half-precision query stays in its dtype (query scaling is float32): the kernel takes q, k, v alike.
         scaled = (query * scaling).to(query.dtype)
@@ -315,6 +353,204 @@ class AdaptiveEntmaxMarianDecoderLayer(MarianDecoderLayer):
         self.final_layer_norm = nn.LayerNorm(self.embed_dim)
 
 
+# --- the load-time check: the config must fit the weights it loads ----------------------------------------------
+
+# What each attention module learns per head: α logits, and ASEntmax's β and γ.
+PER_HEAD_PARAMETERS = ("alpha_logits", "scale_beta", "scale_gamma")
+# How far a learned α may lie beyond the config's bounds and still be taken as trained with them. α stops at the
+# clamp, but the optimiser's momentum carries its logit on for about ten steps of the α learning rate: a few
+# thousandths of α at the rates hf-entmax uses. A bound moved further is a config changed after training.
+ALPHA_BOUND_TOLERANCE = 0.05
+# The settings a caller may change on purpose when loading weights with a config of its own (`hf-entmax train` fixes,
+# restarts or rescales α that way); the other fields describe the architecture the weights were trained with.
+ATTENTION_OPTION_DEFAULTS = {
+    option.name: option.default for option in (*fields(AlphaOptions), *fields(ScalingOptions))
+}
+_LAYER_KEY = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(?:(self_attn|encoder_attn)\.)?")
+_ATTENTION_KINDS = {("encoder", "self_attn"): "encoder_self", ("decoder", "self_attn"): "decoder_self"}
+_ATTENTION_KINDS[("decoder", "encoder_attn")] = "cross"
+
+
+@dataclass
+class CheckpointSummary:
+    """What the load-time check reads of a checkpoint before its weights load.
+
+    Attributes:
+        source: The weights file (or the folder of the shards, or "the state dict"), as messages name it.
+        shapes: ``{key: shape}`` of every weight, its key without the ``model.`` prefix.
+        per_head: ``{key: (heads,) tensor}`` of the `PER_HEAD_PARAMETERS`; meta tensors (their shape only) for a
+            pickled checkpoint, which is not read twice.
+        saved_config: The ``config.json`` next to the weights, as a dict, or None.
+    """
+
+    source: str
+    shapes: dict[str, tuple[int, ...]]
+    per_head: dict[str, torch.Tensor]
+    saved_config: dict | None
+
+
+def read_checkpoint(state_dict: dict | None, checkpoint_files: list[str] | None) -> CheckpointSummary | None:
+    """The shapes and per-head parameters of the weights ``from_pretrained`` is about to load (safetensors headers
+    and the few per-head tensors; nothing else is read), or None for a format it does not know (e.g. GGUF)."""
+    tensors: dict[str, torch.Tensor] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    saved_config = None
+    if state_dict is not None:
+        source, tensors = "the state dict", state_dict
+    elif checkpoint_files:
+        folder = os.path.dirname(checkpoint_files[0])
+        source = checkpoint_files[0] if len(checkpoint_files) == 1 else f"{folder} (its weight shards)"
+        for path in checkpoint_files:
+            if path.endswith(".safetensors"):
+                with safe_open(path, framework="pt") as handle:
+                    for key in handle.keys():
+                        shapes[key] = tuple(handle.get_slice(key).get_shape())
+                        if key.endswith(PER_HEAD_PARAMETERS):
+                            tensors[key] = handle.get_tensor(key)
+            elif path.endswith(".bin"):
+                tensors.update(torch.load(path, map_location="meta", weights_only=True))
+            else:
+                return None
+        config_path = os.path.join(folder, "config.json")
+        if os.path.isfile(config_path):
+            with open(config_path, encoding="utf-8") as file:
+                saved_config = json.load(file)
+    else:
+        return None
+    shapes.update((key, tuple(tensor.shape)) for key, tensor in tensors.items())
+    per_head = {key: tensor for key, tensor in tensors.items() if key.endswith(PER_HEAD_PARAMETERS)}
+    strip = _without_model_prefix
+    return CheckpointSummary(
+        source,
+        {strip(key): shape for key, shape in shapes.items()},
+        {strip(key): tensor for key, tensor in per_head.items()},
+        saved_config,
+    )
+
+
+def _without_model_prefix(key: str) -> str:
+    # The bare model's keys are those of the translation model without "model.": either loads the other's weights.
+    return key.removeprefix("model.")
+
+
+def _size_field(key: str, dim: int, config: AdaptiveEntmaxMarianConfig) -> str:
+    """The config field that sets dimension ``dim`` of the weight ``key`` (without the ``model.`` prefix)."""
+    stack = "decoder" if key.startswith("decoder.") else "encoder"
+    target = "vocab_size" if config.share_encoder_decoder_embeddings else "decoder_vocab_size"
+    if key.endswith(PER_HEAD_PARAMETERS):
+        return f"{stack}_attention_heads"
+    if dim == 0 and key.endswith("embed_positions.weight"):
+        return "max_position_embeddings"
+    if dim == 0 and key in ("shared.weight", "encoder.embed_tokens.weight"):
+        return "vocab_size"
+    if (dim == 0 and key in ("decoder.embed_tokens.weight", "lm_head.weight")) or key == "final_logits_bias":
+        return target
+    if (dim == 0 and key.endswith((".fc1.weight", ".fc1.bias"))) or (dim == 1 and key.endswith(".fc2.weight")):
+        return f"{stack}_ffn_dim"
+    return "d_model"
+
+
+def _setting_field(config: AdaptiveEntmaxMarianConfig, kind: str, name: str) -> str:
+    """The field that decides setting ``name`` (``learn_alpha``, ``attention_scaling``) for attention type ``kind``:
+    its per-type override if set, else the global one."""
+    override = f"{kind}_{name}"
+    return override if getattr(config, override) is not None else name
+
+
+def check_checkpoint_fits(model: nn.Module, checkpoint: CheckpointSummary) -> None:
+    """Refuse weights that the model's config does not fit, before they load, with a message naming the field.
+
+    Always: the number of layers and every size the weights record (vocabularies, ``d_model``, FFN sizes, heads,
+    positions when the weights hold them), which transformers would otherwise report in a table and load around
+    (a missing layer initialised at random, an extra one dropped) or fail on with a size mismatch.
+
+    When the α and query-scaling settings are those of the ``config.json`` saved with the weights (a folder loaded as
+    it is, even with a config.json edited since): the learned parameters must fit them too. Learned α logits or
+    ASEntmax parameters that the config has no place for (``learn_alpha`` False, scaling turned off) would be
+    dropped; non-finite ones (a diverged run) make every head NaN and every translation empty; a learned α beyond
+    ``[alpha_min, alpha_max]`` by more than `ALPHA_BOUND_TOLERANCE` would be clamped to a bound it was not trained
+    with. A config whose α settings differ from the saved ones is the caller's on purpose (``hf-entmax train`` fixes
+    or restarts α that way), and parameters the weights lack start from the config's initialisation, as for a Marian
+    checkpoint.
+
+    Raises:
+        ValueError: naming the weights, the config field, its value and what the weights hold.
+    """
+    config = model.config
+    where = checkpoint.source
+    expected = {_without_model_prefix(key): tuple(tensor.shape) for key, tensor in model.state_dict().items()}
+    fix = "restore the config the weights were saved with (or load them with a config that fits)"
+    for stack in ("encoder", "decoder"):
+        held = {int(match[2]) for key in checkpoint.shapes if (match := _LAYER_KEY.match(key)) and match[1] == stack}
+        layers = getattr(config, f"{stack}_layers")
+        if held and any(key.startswith(f"{stack}.layers.") for key in expected) and max(held) + 1 != layers:
+            raise ValueError(
+                f"{where}: the weights hold {max(held) + 1} {stack} layers, but the config's `{stack}_layers` is "
+                f"{layers}: {fix}"
+            )
+    for key, shape in checkpoint.shapes.items():
+        wanted = expected.get(key)
+        if wanted is None or wanted == shape:
+            continue
+        dims = [dim for dim, (held, size) in enumerate(zip(shape, wanted, strict=False)) if held != size]
+        dim = dims[0] if dims else 0
+        name = _size_field(key, dim, config)
+        held_size = shape[dim] if dim < len(shape) else shape
+        raise ValueError(
+            f"{where}: the weights were saved with {name} = {held_size} (`{key}` is {tuple(shape)}), but the "
+            f"config's `{name}` is {getattr(config, name)}: {fix}"
+        )
+
+    saved = checkpoint.saved_config
+    if saved is None or any(
+        saved.get(name, default) != getattr(config, name) for name, default in ATTENTION_OPTION_DEFAULTS.items()
+    ):
+        return
+    for key, tensor in checkpoint.per_head.items():
+        match = _LAYER_KEY.match(key)
+        kind = _ATTENTION_KINDS.get((match[1], match[3])) if match else None
+        if kind is None:
+            continue
+        title = ATTENTION_TITLES[kind].lower()
+        parameter = key.rsplit(".", 1)[-1]
+        if key not in expected:
+            if parameter == "alpha_logits":
+                field = _setting_field(config, kind, "learn_alpha")
+                raise ValueError(
+                    f"{where}: the weights hold learned α of {title} (`{key}`), but the config's `{field}` is False "
+                    f"(α fixed at {config.alpha_settings(kind).init}): loading would drop what was learned; set "
+                    f"`{field}` back to True"
+                )
+            field = _setting_field(config, kind, "attention_scaling")
+            raise ValueError(
+                f"{where}: the weights hold ASEntmax's learned query scaling of {title} (`{key}`), but the config's "
+                f"`{field}` is {getattr(config, field)!r}: loading would drop it; set `{field}` back to 'asentmax'"
+            )
+        if tensor.is_meta:
+            continue
+        if not torch.isfinite(tensor).all():
+            value = "NaN" if tensor.isnan().any() else "infinite values"
+            raise ValueError(
+                f"{where}: `{key}` holds {value}: every head of {title} would compute NaN, and every translation "
+                "would be empty; these weights are damaged (a run that diverged?): load an earlier checkpoint"
+            )
+        if parameter != "alpha_logits":
+            continue
+        settings = config.alpha_settings(kind)
+        alpha = 1.0 + torch.sigmoid(tensor.double())
+        lowest, highest = float(alpha.min()), float(alpha.max())
+        for bound, value, learned, side, advice in (
+            ("alpha_min", settings.minimum, lowest, "below", "at most"),
+            ("alpha_max", settings.maximum, highest, "above", "at least"),
+        ):
+            if abs(learned - value) > ALPHA_BOUND_TOLERANCE and (learned < value) == (side == "below"):
+                raise ValueError(
+                    f"{where}: a learned α of {title} is {learned:.3f} (`{key}`), {side} the config's `{bound}` "
+                    f"({value}): loading would clamp it to {value} and change what the model computes; set `{bound}` "
+                    f"to {advice} {learned:.3f} (the bound it was trained with)"
+                )
+
+
 class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
     config: AdaptiveEntmaxMarianConfig
     config_class = AdaptiveEntmaxMarianConfig
@@ -335,9 +571,18 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs):
-        """As ``PreTrainedModel.from_pretrained``; a weights file that cannot be read is named in the error."""
+        """As ``PreTrainedModel.from_pretrained``, with the checks that keep a folder from loading as another model.
+
+        Before the weights load, `check_checkpoint_fits` refuses a config that does not fit them (layers, sizes and,
+        for the folder's own α settings, the learned α and query scaling); after, `check_generation_settings` refuses
+        a generation config that `generate` would fail on. A weights file that cannot be read is named in the error.
+
+        Raises:
+            ValueError: naming the file or folder, the field and its value.
+            OSError: for weights that cannot be read.
+        """
         try:
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+            loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         except SafetensorError as error:  # its message names no file: a cut-off download reads as a riddle
             where = str(pretrained_model_name_or_path)
             if os.path.isdir(where):
@@ -347,6 +592,21 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
                 f"{where}: the safetensors weights cannot be read ({error}); the file is cut off or damaged: "
                 "download or save it again"
             ) from error
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) with output_loading_info
+        if getattr(model, "generation_config", None) is not None:  # the bare model does not generate
+            where = f"{pretrained_model_name_or_path}: generation config"
+            check_generation_settings(model.generation_config.to_dict(), model.config, where)
+        return loaded
+
+    @staticmethod
+    def _load_pretrained_model(model, state_dict, checkpoint_files, *args, **kwargs):
+        # transformers' step that reads the checkpoint into the model it has built: the one place where the final
+        # config and the weights to load are both known, before any weight loads (and before transformers' report of
+        # keys that do not fit).
+        checkpoint = read_checkpoint(state_dict, checkpoint_files)
+        if checkpoint is not None:
+            check_checkpoint_fits(model, checkpoint)
+        return MarianPreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, *args, **kwargs)
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -547,6 +807,53 @@ class AdaptiveEntmaxMarianMTModel(AdaptiveEntmaxMarianPreTrainedModel, MarianMTM
         self.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
         self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
         self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        """`MarianMTModel.forward`, with the loss of `target_token_loss`: the mean cross-entropy of the target tokens
+        (labels other than −100), and 0 with zero gradients for labels without any, where Marian's mean is NaN.
+
+        Shapes as Marian's: ``input_ids`` ``(batch, source_len)``, ``labels`` ``(batch, target_len)``, ``logits``
+        ``(batch, target_len, vocab)``.
+        """
+        if labels is not None:
+            # As Marian: teacher forcing on the labels shifted right, and no cache to fill.
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = shift_tokens_right(
+                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
+                )
+        # A cache passed under its old name (past_key_values) stays in kwargs for Marian to rename.
+        cache_kwargs = {} if cache is None else {"cache": cache}
+        outputs = super().forward(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            return_dict=True,
+            **cache_kwargs,
+            **kwargs,
+        )
+        if labels is None:
+            return outputs
+        return Seq2SeqLMOutput(loss=target_token_loss(outputs.logits, labels), **outputs)
 
 
 def _class_reference(cls: type) -> str:

@@ -12,6 +12,8 @@ import torch
 from transformers import GenerationConfig, Pipeline
 from transformers.utils import logging
 
+from .configuration_adaptive_entmax_marian import check_generation_settings
+
 
 logger = logging.get_logger(__name__)
 
@@ -187,12 +189,13 @@ class TranslationPipeline(Pipeline):
         given = (
             generate_kwargs if "generation_config" in generate_kwargs else {**self._generate_kwargs, **generate_kwargs}
         )
-        for name in ("num_beams", "num_return_sequences"):
-            value = given.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
         decoder_input_ids = given.get("decoder_input_ids")
         prompt_length = 1 if decoder_input_ids is None else decoder_input_ids.shape[-1]
+        # What generate would fail on deep inside (num_beams 0, a token id past the vocabulary, an output longer than
+        # the decoder's positions), whether the call, a generation_config passed or the model's set it.
+        check_generation_settings(
+            self._get_set_generation_params(given), self.model.config, "TranslationPipeline", prompt_length
+        )
         overrides = self._total_length_limits(given, prompt_length)
         # The overrides go where generate reads them: into the call's kwargs, or a copy of its generation_config.
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs, **overrides)
@@ -219,17 +222,8 @@ class TranslationPipeline(Pipeline):
             The arguments to override: ``{"max_length": k + prompt_length, "max_new_tokens": None}`` and the same
             for the minimum, for each limit given in new tokens and not as a total length too.
 
-        Raises:
-            ValueError: If a length limit is not an integer (positive for a maximum), or lets the output
-                outgrow the decoder's position table (``config.max_position_embeddings``).
+        The limits are valid: ``check_generation_settings`` has checked them.
         """
-        for name in (name for names in LENGTH_LIMITS for name in names):
-            value = given.get(name)
-            minimum = 1 if name.startswith("max") else 0
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-                raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
-        self._check_output_fits_the_decoder(given, prompt_length)
-
         user_config = given.get("generation_config")
         overrides = {}
         for new_tokens_name, length_name in LENGTH_LIMITS:
@@ -241,36 +235,6 @@ class TranslationPipeline(Pipeline):
             if new_tokens is not None:
                 overrides.update({length_name: new_tokens + prompt_length, new_tokens_name: None})
         return overrides
-
-    def _check_output_fits_the_decoder(self, generate_kwargs: dict, prompt_length: int) -> None:
-        """Refuse a length limit that lets the output (prompt included) outgrow the decoder's position table.
-
-        ``generate`` itself caps only its default limit that way; past the table, the decoder's position
-        embedding fails with an IndexError in the middle of generation.
-        """
-        positions = getattr(self.model.config, "max_position_embeddings", None)
-        if positions is None:
-            return
-        # As in generate: `max_new_tokens`, wherever it is set, takes precedence over `max_length`.
-        settings = self._get_set_generation_params(generate_kwargs)
-        name = "max_new_tokens" if settings.get("max_new_tokens") is not None else "max_length"
-        limit = settings.get(name)
-        if limit is None:
-            return
-        max_length = limit + prompt_length if name == "max_new_tokens" else limit
-        if max_length <= positions:
-            return
-        if name in generate_kwargs:
-            source = ""
-        elif getattr(generate_kwargs.get("generation_config"), name, None) is not None:
-            source = " (from the generation_config passed)"
-        else:
-            source = " (from the model's generation config)"
-        raise ValueError(
-            f"TranslationPipeline: `{name}`={limit}{source} lets a translation grow to {max_length} tokens with the "
-            f"decoder's start, but the decoder has {positions} positions (max_position_embeddings): pass "
-            f"max_new_tokens <= {positions - prompt_length}"
-        )
 
     def postprocess(
         self,

@@ -28,6 +28,7 @@ This file is copied to the Hub next to the model: it needs nothing but torch, sa
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -52,6 +53,15 @@ PROJECTION_METHODS = ("distance", "quantization", "clustering")
 SELF_ATTENTION_TYPES = ("encoder_self", "decoder_self")
 # The stored quantile grid of each projected dimension: bucket edges for any number of buckets are read off it.
 QUANTILE_STEPS = 64
+# Beyond this many buckets the edges, interpolated between the grid's 65 levels, only split hairs, while their tensor
+# grows with the number (10**22 buckets would not even fit an index).
+MAX_BUCKETS = 65536
+# The tensors of a predictor file: ``{attention_type}.{layer}.{part}``, every layer with the three parts below, and
+# ``{attention_type}.{layer}.centroids.{k}`` for each number of clusters k.
+PREDICTOR_PARTS = ("query", "key", "quantiles")
+_PREDICTOR_KEY = re.compile(
+    rf"^({'|'.join(ATTENTION_TYPES)})\.(\d+)\.(?:({'|'.join(PREDICTOR_PARTS)})|centroids\.(\d+))$"
+)
 
 
 @dataclass(frozen=True)
@@ -60,8 +70,9 @@ class OperatingPoint:
 
     Attributes:
         method: One of `METHODS`.
-        knob: ``threshold`` (distance, > 0, ``inf`` for all pairs), ``buckets`` (quantization, ≥ 1), ``clusters``
-            (clustering, ≥ 1) or the window's ``size`` (window, ≥ 0).
+        knob: ``threshold`` (distance, > 0, ``inf`` for all pairs), ``buckets`` (quantization, 1 to `MAX_BUCKETS`),
+            ``clusters`` (clustering, ≥ 1) or the window's ``size`` (window, ≥ 0; a window at least as wide as the
+            input keeps every pair).
         window: Also keep the pairs at most this many positions apart (projection methods, self-attention only).
     """
 
@@ -81,6 +92,8 @@ class OperatingPoint:
         ):
             least = 0 if self.method == "window" else 1
             raise ValueError(f"`{name}` of the {self.method} method must be an integer ≥ {least}, got {self.knob!r}")
+        if self.method == "quantization" and self.knob > MAX_BUCKETS:
+            raise ValueError(f"`buckets` of the quantization method must be at most {MAX_BUCKETS}, got {self.knob}")
         if self.window is not None:
             if self.method == "window":
                 raise ValueError("the window method has no extra `window`: its knob `size` is the window")
@@ -191,29 +204,41 @@ class SparsefinderPredictor:
         """Read a file written by `save`.
 
         Raises:
-            ValueError: If the file is not a Sparsefinder predictor (or its tensors do not fit together).
+            ValueError: If the file is not a Sparsefinder predictor (not safetensors, another safetensors file, or
+                tensors that do not fit together), naming it.
         """
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
-        with safe_open(str(path), framework="pt") as handle:
-            header = handle.metadata() or {}
-        if header.get("format") != PREDICTOR_FORMAT:
-            raise ValueError(f"{path} is not a Sparsefinder predictor (written by `hf-entmax sparsefinder`)")
-        tensors = load_file(str(path))
+        written_by = "written by `hf-entmax sparsefinder`"
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                header = handle.metadata() or {}
+            if header.get("format") != PREDICTOR_FORMAT:
+                raise ValueError(f"{path} is not a Sparsefinder predictor ({written_by})")
+            tensors = load_file(str(path))
+            metadata = json.loads(header.get("metadata") or "{}")
+        except (SafetensorError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path} is not a Sparsefinder predictor ({written_by}): {error}") from None
         grouped: dict[str, dict[int, dict]] = {}
         for name, tensor in tensors.items():
-            kind, index, part, *rest = name.split(".")
+            match = _PREDICTOR_KEY.match(name)
+            if match is None:
+                raise ValueError(f"{path}: unexpected tensor {name!r} in a Sparsefinder predictor ({written_by})")
+            kind, index, part, clusters = match.groups()
             entry = grouped.setdefault(kind, {}).setdefault(int(index), {"centroids": {}})
-            if part == "centroids":
-                entry["centroids"][int(rest[0])] = tensor
+            if clusters is not None:
+                entry["centroids"][int(clusters)] = tensor
             else:
                 entry[part] = tensor
         layers = {}
         for kind, by_index in grouped.items():
             if sorted(by_index) != list(range(len(by_index))):
                 raise ValueError(f"{path}: the layers of {kind} are not numbered 0, 1, …")
+            missing = [part for part in PREDICTOR_PARTS for entry in by_index.values() if part not in entry]
+            if missing:
+                raise ValueError(f"{path}: a layer of {kind} has no {missing[0]} projection ({written_by})")
             layers[kind] = [LayerProjections(**by_index[index]) for index in range(len(by_index))]
-        return cls(layers, json.loads(header.get("metadata") or "{}"))
+        return cls(layers, metadata)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, **kwargs) -> "SparsefinderPredictor":
@@ -239,9 +264,11 @@ def last_positions(query_len: int, key_len: int, device: torch.device) -> torch.
 
 
 def window_graph(positions: torch.Tensor, key_len: int, size: int) -> torch.Tensor:
-    """``(..., Lq)`` query positions → ``(..., Lq, Lk)`` bool: the self-attention pairs at most ``size`` apart."""
+    """``(..., Lq)`` query positions → ``(..., Lq, Lk)`` bool: the self-attention pairs at most ``size`` apart (a
+    window of at least ``key_len`` keeps every pair)."""
     offsets = positions[..., :, None] - torch.arange(key_len, device=positions.device)  # (..., Lq, Lk)
-    return offsets.abs() <= size
+    # Positions are among the keys, so no offset reaches key_len: a wider window (10**22 does not fit int64) is that.
+    return offsets.abs() <= min(size, key_len)
 
 
 def squared_distances(projected_query: torch.Tensor, projected_key: torch.Tensor) -> torch.Tensor:
@@ -583,6 +610,7 @@ def apply_predicted_sparsity(
 
 
 __all__ = [
+    "MAX_BUCKETS",
     "METHODS",
     "METHOD_KNOBS",
     "PREDICTOR_FILE",
