@@ -9,6 +9,7 @@ from helpers import tiny_model
 from torch.autograd import gradcheck, gradgradcheck
 
 from hf_entmax.kernels import cpu
+from hf_entmax.kernels.dispatch import attention_route, describe
 from hf_entmax.modeling import entmax as entmax_module
 from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.entmax import EntmaxFunction, entmax
@@ -621,12 +622,48 @@ def test_fused_attention_dropout_rate_scale_and_seed():
             cpu.native_entmax_attention(query, key, value, 1.3, None, dropout)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_wanted_weights_with_gradients_are_in_the_outputs_graph_and_the_function_is_the_fused_one(dropout):
+    """With the weights wanted where autograd records, the output is computed from them (a gradient of the output
+    reaches them, as attribution needs), by the fused kernel's operations: the same output, weights and dropout mask
+    from the same seed, bit for bit, and the same gradients to the inputs up to float32 rounding of the products."""
+    generator = torch.Generator().manual_seed(3)
+    query, key, value = (torch.randn(2, 4, length, 8, generator=generator) for length in (6, 9, 9))
+    alpha = torch.tensor([1.0, 1.2, 1.5, 1.8]).view(1, 4, 1, 1)
+    mask = padding_and_causal_mask(torch.float32, 2, 6, 9)
+    grad_output = torch.randn(2, 4, 6, 8, generator=generator)
+    results = {}
+    for wanted in (False, True):
+        leaves = [tensor.clone().requires_grad_() for tensor in (query, key, value, alpha)]
+        torch.manual_seed(0)
+        output, weights = cpu.native_entmax_attention(*leaves, mask, dropout, weights_wanted=wanted)
+        weights.retain_grad()
+        output.backward(grad_output)
+        results[wanted] = output, weights, [leaf.grad for leaf in leaves]
+    (fused, fused_weights, fused_grads), (composed, composed_weights, composed_grads) = results[False], results[True]
+    assert fused_weights.grad is None  # the fused kernel's weights are a second output, beside the output's path
+    assert composed_weights.grad is not None and composed_weights.grad.abs().sum() > 0
+    assert torch.equal(composed, fused) and torch.equal(composed_weights, fused_weights)
+    for name, composed_grad, fused_grad in zip(
+        ("query", "key", "value", "α"), composed_grads, fused_grads, strict=True
+    ):
+        torch.testing.assert_close(composed_grad, fused_grad, rtol=1e-5, atol=1e-6, msg=name)
+    with torch.no_grad():  # nothing to record: the fused kernel, which returns the weights too
+        assert cpu.native_entmax_attention(query, key, value, alpha, mask, weights_wanted=True)[1].grad_fn is None
+    assert attention_route(query, key, value, mask, weights_grad=True).composed
+    assert "with attention weights wanted with gradients: native CPU kernel's mapping" in describe()
+
+
 def test_model_attention_runs_fused_in_training_and_evaluation(monkeypatch):
     """Fused wherever the kernel applies, training with attention dropout included (`hf-entmax train` uses 0.1); the
     dropout reaches it in training only, and evaluation applies none."""
     dropouts = []
     original = modeling.native_entmax_attention
-    monkeypatch.setattr(modeling, "native_entmax_attention", lambda *args: dropouts.append(args[5]) or original(*args))
+    monkeypatch.setattr(
+        modeling,
+        "native_entmax_attention",
+        lambda *args, **kwargs: dropouts.append(args[5]) or original(*args, **kwargs),
+    )
     input_ids = torch.tensor([[5, 6, 7, 8, 1], [9, 10, 1, 0, 0]])
     decoder_input_ids = torch.tensor([[0, 11, 12], [0, 13, 14]])
     model = tiny_model(attention_dropout=0.1, dropout=0.0)
@@ -673,7 +710,9 @@ def test_model_outputs_are_the_same_with_and_without_the_kernel(monkeypatch):
     decoder_input_ids = torch.tensor([[0, 11, 12], [0, 13, 14]])
     calls = []
     original = modeling.native_entmax_attention
-    monkeypatch.setattr(modeling, "native_entmax_attention", lambda *args: calls.append(1) or original(*args))
+    monkeypatch.setattr(
+        modeling, "native_entmax_attention", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs)
+    )
     with torch.no_grad():
         fast = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
         assert len(calls) == 6

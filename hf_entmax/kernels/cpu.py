@@ -188,6 +188,26 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
         return grad_query, grad_key, grad_value, grad_alpha, None, None, None
 
 
+def _composed_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    alpha: torch.Tensor,
+    mask: torch.Tensor | None,
+    keep: torch.Tensor | None,
+    keep_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused attention's ``(output, weights)`` as operations autograd records, the same ones in the same order:
+    the scores, the mask added, the kernel's probabilities (through `NativeEntmaxFunction`), dropout by the given
+    ``keep`` mask (None: none), the weights times the values. Shapes as in `native_entmax_attention`."""
+    scores = torch.matmul(query, key.transpose(-1, -2))  # (B, H, Lq, Lk)
+    if mask is not None:
+        scores = scores + mask  # as the kernel adds it
+    probs = NativeEntmaxFunction.apply(scores, alpha)
+    weights = probs if keep is None else probs * keep * keep_scale
+    return torch.matmul(weights, value), weights  # (B, H, Lq, D), (B, H, Lq, Lk)
+
+
 def _differentiable_attention_backward(
     inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
     mask: torch.Tensor | None,
@@ -198,16 +218,11 @@ def _differentiable_attention_backward(
     needs_input_grad: tuple[bool, ...],
 ) -> tuple[torch.Tensor | None, ...]:
     """The gradients of the fused attention to ``inputs`` (query, key, value, α), as operations autograd records: the
-    attention recomputed from the inputs (the kernel's probabilities through `NativeEntmaxFunction`, the same dropout
-    mask) and differentiated with ``create_graph=True``. The fused backward's saved probabilities are not part of the
-    graph, so differentiating it would miss their dependence on the inputs."""
-    query, key, value, alpha = inputs
-    scores = torch.matmul(query, key.transpose(-1, -2))
-    if mask is not None:
-        scores = scores + mask  # as the kernel adds it
-    probs = NativeEntmaxFunction.apply(scores, alpha)
-    weights = probs if keep is None else probs * keep * keep_scale
-    pairs = [(torch.matmul(weights, value), grad_output), (weights, grad_weights)]
+    attention recomputed from the inputs (`_composed_attention`, with the same dropout mask) and differentiated with
+    ``create_graph=True``. The fused backward's saved probabilities are not part of the graph, so differentiating it
+    would miss their dependence on the inputs."""
+    output, weights = _composed_attention(*inputs, mask, keep, keep_scale)
+    pairs = [(output, grad_output), (weights, grad_weights)]
     outputs = [tensor for tensor, grad in pairs if grad is not None]
     grads = [grad for _, grad in pairs if grad is not None]
     needed = needs_input_grad[:4]
@@ -224,6 +239,7 @@ def native_entmax_attention(
     mask: torch.Tensor | None,
     dropout: float = 0.0,
     generator: torch.Generator | None = None,
+    weights_wanted: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """α-entmax attention by the native kernel, or ``None`` where it does not apply (`dispatch.attention_route`; the
     caller then composes it).
@@ -239,6 +255,10 @@ def native_entmax_attention(
             in training (the caller passes 0 in evaluation): dropped weights become 0, the others are divided by
             ``1 − dropout``.
         generator: Where the dropout mask is drawn from: torch's default generator when ``None``.
+        weights_wanted: Whether the caller returns the weights (``output_attentions``). Where autograd records, the
+            output is then computed from them by PyTorch products around the kernel's mapping
+            (`_composed_attention`), so that a gradient of the output reaches the weights (gradient-based
+            attribution); the result, dropout mask included, is that of the fused kernel.
 
     Returns:
         ``(output, weights)``: ``output = weights @ value`` is ``(batch, heads, query_len, head_dim)`` and ``weights``
@@ -250,11 +270,16 @@ def native_entmax_attention(
     """
     if not 0.0 <= dropout <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout}")
-    if not attention_route(query, key, value, mask).native:
-        return None
     if not isinstance(alpha, torch.Tensor):
         alpha = torch.tensor(alpha, dtype=query.dtype)
-    if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in (query, key, value, alpha)):
+    recorded = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in (query, key, value, alpha))
+    route = attention_route(query, key, value, mask, weights_grad=weights_wanted and recorded)
+    if not route.native:
+        return None
+    if route.composed:
+        keep = draw_keep_mask((*query.shape[:-1], key.shape[-2]), dropout, generator) if dropout > 0.0 else None
+        return _composed_attention(query, key, value, alpha, mask, keep, _keep_scale(dropout))
+    if recorded:
         # Marian's heads are strided views of its projections, which every batched product would copy again; each of
         # these is used twice. Made contiguous here, so that the tensors the function saves are its inputs, which
         # second-order gradients differentiate through.

@@ -33,6 +33,7 @@ TRITON = "triton"
 PYTORCH = "pytorch"
 NATIVE_IMPLEMENTATIONS = {MAPPING: "native CPU kernel", ATTENTION: "fused native CPU kernel"}
 PYTORCH_IMPLEMENTATIONS = {MAPPING: "PyTorch", ATTENTION: "PyTorch operations"}
+COMPOSED_NATIVE_IMPLEMENTATION = "native CPU kernel's mapping with PyTorch products"
 TRITON_IMPLEMENTATION = "Triton kernel"
 # The opt-in switch of the Triton kernel, and the device types it takes (tests add "cpu", where Triton's interpreter
 # runs it).
@@ -45,12 +46,13 @@ class Route:
     """One answer to "which implementation runs?": for ``path`` (`MAPPING` or `ATTENTION`), the ``kind`` (`NATIVE`,
     `TRITON` or `PYTORCH`) and the ``reason``."""
 
-    __slots__ = ("announced", "kind", "path", "reason")
+    __slots__ = ("announced", "composed", "kind", "path", "reason")
 
-    def __init__(self, path: str, kind: str, reason: str):
+    def __init__(self, path: str, kind: str, reason: str, composed: bool = False):
         self.path = path
         self.kind = kind
         self.reason = reason
+        self.composed = composed  # the native kernel's mapping, the rest of the attention as PyTorch operations
         self.announced = False
 
     @property
@@ -68,6 +70,8 @@ class Route:
         """The implementation's name, e.g. ``"native CPU kernel"``, ``"Triton kernel"`` or ``"PyTorch"``."""
         if self.kind == TRITON:
             return TRITON_IMPLEMENTATION
+        if self.composed:
+            return COMPOSED_NATIVE_IMPLEMENTATION
         return (NATIVE_IMPLEMENTATIONS if self.native else PYTORCH_IMPLEMENTATIONS)[self.path]
 
     def __str__(self) -> str:
@@ -100,6 +104,15 @@ _MAPPING_ROUTES = _Routes(MAPPING, "CPU tensors, half precision computed in floa
 _ATTENTION_ROUTES = _Routes(ATTENTION, "float32/float64 CPU tensors")
 _ATTENTION_DTYPE = Route(ATTENTION, PYTORCH, "not float32/float64 tensors of one dtype, which the fused kernel needs")
 _ATTENTION_MASK_GRAD = Route(ATTENTION, PYTORCH, "the mask requires a gradient, which the fused kernel does not give")
+# The fused kernel computes the output from the probabilities inside one autograd node, so weights it returns have no
+# path to the output: a gradient of the output never reaches them (gradient-based attribution needs it).
+_ATTENTION_WEIGHTS_GRAD = Route(
+    ATTENTION,
+    NATIVE,
+    "the attention weights are wanted with gradients (output_attentions where autograd records): the output is "
+    "computed from them, as the same operations as the fused kernel's",
+    composed=True,
+)
 
 
 def _announce(route: Route) -> Route:
@@ -124,12 +137,18 @@ def mapping_route(scores: torch.Tensor) -> Route:
 
 
 def attention_route(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    weights_grad: bool = False,
 ) -> Route:
     """The route of the model's attention on these tensors (as `cpu.native_entmax_attention` takes them): the fused
     native kernel for non-empty float32/float64 CPU tensors of one dtype and a mask without gradient, outside
-    ``torch.compile``, where the kernel is loaded. Elsewhere the model composes the attention of PyTorch operations,
-    and its entmax takes the mapping's route."""
+    ``torch.compile``, where the kernel is loaded; there, with ``weights_grad`` (the caller wants the attention weights
+    and autograd records), the kernel's mapping with the products as PyTorch operations, so that the weights are part
+    of the output's graph (a `Route` whose ``composed`` is True). Elsewhere the model composes the attention of
+    PyTorch operations, and its entmax takes the mapping's route."""
     routes = _ATTENTION_ROUTES
     if torch.compiler.is_compiling():
         return routes.compiling
@@ -155,6 +174,8 @@ def attention_route(
         route = routes.empty
     else:
         route = routes.kernel()
+        if weights_grad and route.native:
+            route = _ATTENTION_WEIGHTS_GRAD
     return route if route.announced else _announce(route)
 
 
@@ -263,13 +284,19 @@ def describe() -> str:
     no build yet (about 20 s); imports triton where HF_ENTMAX_TRITON=1."""
     status = kernel_status()
     mapping, attention, cuda = _MAPPING_ROUTES.kernel(), _ATTENTION_ROUTES.kernel(), _triton_switch_route()
+    weights_grad = _ATTENTION_WEIGHTS_GRAD
     lines = [
         f"hf_entmax on {platform.machine()} with torch {torch.__version__} ({torch.get_num_threads()} threads):",
         f"- {MAPPING} on CPU tensors: {mapping.implementation} ({mapping.reason}); on other devices and under "
         "torch.compile: PyTorch",
-        f"- {ATTENTION} on CPU tensors: {attention.implementation} ({attention.reason}); in half precision, with a "
-        "mask that requires a gradient, on other devices and under torch.compile: PyTorch operations (their entmax "
-        "takes the mapping's route)",
+        f"- {ATTENTION} on CPU tensors: {attention.implementation} ({attention.reason}); "
+        + (
+            f"with attention weights wanted with gradients: {weights_grad.implementation}; "
+            if attention.native
+            else ""
+        )
+        + "in half precision, with a mask that requires a gradient, on other devices and under torch.compile: PyTorch "
+        "operations (their entmax takes the mapping's route)",
         f"- {ATTENTION} on CUDA tensors: {cuda.implementation} ({cuda.reason})"
         + (
             "; with attention dropout in training, wanted weights (output_attentions), float64, a mask that requires "
