@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset, DatasetDict, Features, Translation
+from transformers import Seq2SeqTrainingArguments
 
 from hf_entmax.errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from hf_entmax.training.arguments import DataArguments
@@ -24,6 +25,7 @@ from hf_entmax.training.data import (
     read_text_pair,
     report_truncation,
 )
+from hf_entmax.training.run import tokenize_splits
 from hf_entmax.training.synthetic import synthetic_splits
 from hf_entmax.training.tokenizer import train_joint_tokenizer
 
@@ -497,35 +499,44 @@ def synthetic_data():
     return splits, train_joint_tokenizer(texts, vocab_size=200)
 
 
-def test_truncation_is_counted_and_reported_per_split(synthetic_data, caplog):
+def tokenized_splits(splits, tokenizer, data_args, tmp_path):
+    """The splits as the run tokenizes them."""
+    training_args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    return tokenize_splits(splits, tokenizer, data_args, "en", "syn", training_args)
+
+
+@pytest.mark.parametrize("pad_to_max_length", [False, True])
+def test_truncation_is_counted_and_reported_per_split(synthetic_data, tmp_path, caplog, pad_to_max_length):
     splits, tokenizer = synthetic_data
-    data_args = DataArguments(max_source_length=6, max_target_length=400, val_max_target_length=5, max_eval_samples=4)
+    data_args = DataArguments(
+        max_source_length=6,
+        max_target_length=400,
+        val_max_target_length=5,
+        max_eval_samples=4,
+        pad_to_max_length=pad_to_max_length,
+    )
     data_args.resolve_lengths(None)
-    lengths = {
-        name: [len(tokenizer(pair["en"])["input_ids"]) for pair in split["translation"]]
-        for name, split in splits.items()
-    }
+    source_lengths = [len(tokenizer(pair["en"])["input_ids"]) for pair in splits["train"]["translation"]]
+    tokenized = tokenized_splits(splits, tokenizer, data_args, tmp_path)
     with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
-        counts = report_truncation(splits, tokenizer, data_args, "en", "syn")
-    assert counts["train"] == {
-        "examples": 40,
-        "truncated_sources": sum(length > 6 for length in lengths["train"]),
-        "truncated_targets": 0,
-    }
+        counts = report_truncation(splits, tokenized, tokenizer, data_args, "en", "syn")
+    cut = sum(length > 6 for length in source_lengths)
+    assert counts["train"] == {"examples": 40, "truncated_sources": cut, "truncated_targets": 0}
     assert counts["validation"]["examples"] == 4 and counts["validation"]["truncated_targets"] > 0
     train_message = caplog.messages[0]
-    cut = counts["train"]["truncated_sources"]
     assert train_message.startswith(f"truncation: --max_source_length 6 cuts {cut} of the 40 train sources")
+    assert f"the longest has {max(source_lengths)} tokens" in train_message
     assert "--max_target_length" not in train_message
     assert "--val_max_target_length 5 cuts" in caplog.messages[1]
 
 
-def test_source_prefix_filling_the_source_length_is_refused(synthetic_data):
+def test_source_prefix_filling_the_source_length_is_refused(synthetic_data, tmp_path):
     splits, tokenizer = synthetic_data
     data_args = DataArguments(max_source_length=4, source_prefix="translate English to Synthetic: ")
     data_args.resolve_lengths(None)
+    tokenized = tokenized_splits(splits, tokenizer, data_args, tmp_path)
     with pytest.raises(HfEntmaxValueError, match=r"--source_prefix .* give --max_source_length \d+ or more"):
-        report_truncation(splits, tokenizer, data_args, "en", "syn")
+        report_truncation(splits, tokenized, tokenizer, data_args, "en", "syn")
 
 
 @pytest.mark.parametrize("flag", ["max_source_length", "max_target_length", "val_max_target_length"])

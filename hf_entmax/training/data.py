@@ -395,22 +395,25 @@ def limit_samples(dataset: Dataset, max_samples: int | None) -> Dataset:
 
 
 def report_truncation(
-    splits: DatasetDict,
+    raw: DatasetDict,
+    tokenized: DatasetDict,
     tokenizer: PreTrainedTokenizerBase,
     data_args: DataArguments,
     source_lang: str,
     target_lang: str,
 ) -> dict[str, dict[str, int]]:
-    """Count the examples the length limits cut, as the run's tokenization cuts them, and say so in one warning per
-    split that has any.
+    """Count the examples the length limits cut, and say so in one warning per split that has any.
 
     Sources (``--source_prefix`` included) are measured against ``--max_source_length``; targets against
     ``--max_target_length`` in the train split, ``--val_max_target_length`` in validation and test (where the cut
-    targets are also the references BLEU is scored against). Only the examples ``--max_*_samples`` keep count.
+    targets are also the references BLEU is scored against). Only the examples that reach a limit in ``tokenized``
+    are tokenized again, without truncation, so the count costs little unless most examples reach it.
 
     Args:
-        splits: The raw splits, a ``translation`` column each.
-        tokenizer: The tokenizer the run trains with.
+        raw: The raw splits, a ``translation`` column each.
+        tokenized: The same splits tokenized with truncation (``input_ids`` and ``labels``), of the first
+            ``--max_*_samples`` examples.
+        tokenizer: The tokenizer they were tokenized with.
         data_args: The run's data arguments, their lengths resolved.
         source_lang: Language code of the source side.
         target_lang: Language code of the target side.
@@ -422,37 +425,39 @@ def report_truncation(
         HfEntmaxValueError: If ``--source_prefix`` alone fills ``--max_source_length``.
     """
     prefix = data_args.source_prefix or ""
-    max_source_length = data_args.max_source_length
     prefix_tokens = len(tokenizer(prefix, add_special_tokens=False)["input_ids"]) if prefix else 0
-    if prefix_tokens + 1 >= max_source_length:
+    if prefix_tokens + 1 >= data_args.max_source_length:
         raise HfEntmaxValueError(
             f"--source_prefix {prefix!r} takes {prefix_tokens} tokens and </s> 1, which leaves no room for the source "
-            f"within --max_source_length {max_source_length}; give --max_source_length {prefix_tokens + 2} or more"
+            f"within --max_source_length {data_args.max_source_length}; give --max_source_length "
+            f"{prefix_tokens + 2} or more"
         )
+
+    # verbose=False: transformers would warn of a sequence longer than the model, which is what is counted.
+    def source_ids(pairs: list[dict]) -> list[list[int]]:
+        return tokenizer([prefix + pair[source_lang] for pair in pairs], verbose=False)["input_ids"]
+
+    def target_ids(pairs: list[dict]) -> list[list[int]]:
+        return tokenizer(text_target=[pair[target_lang] for pair in pairs], verbose=False)["input_ids"]
+
     counts = {}
-    for name, split in splits.items():
+    for name, features in tokenized.items():
         max_samples, max_target_length = data_args.split_limits(name)
-        split = limit_samples(split, max_samples)
-        source_lengths, target_lengths = [], []
-        for batch in split.iter(batch_size=1000):
-            pairs = batch["translation"]
-            # verbose=False: transformers would warn of every sequence longer than the model, which is what is counted.
-            sources = tokenizer([prefix + pair[source_lang] for pair in pairs], verbose=False)["input_ids"]
-            targets = tokenizer(text_target=[pair[target_lang] for pair in pairs], verbose=False)["input_ids"]
-            source_lengths += map(len, sources)
-            target_lengths += map(len, targets)
-        counts[name] = {"examples": len(source_lengths)}
+        pairs = limit_samples(raw[name], max_samples)
+        counts[name] = {"examples": len(features)}
         cut = []
-        for side, flag, limit, lengths in (
-            ("sources", "--max_source_length", max_source_length, source_lengths),
-            ("targets", data_args.target_length_flag(name), max_target_length, target_lengths),
+        for side, column, flag, limit, encode in (
+            ("sources", "input_ids", "--max_source_length", data_args.max_source_length, source_ids),
+            ("targets", "labels", data_args.target_length_flag(name), max_target_length, target_ids),
         ):
-            num_cut = counts[name][f"truncated_{side}"] = sum(length > limit for length in lengths)
+            lengths = pc.list_value_length(features.with_format("arrow")[column])
+            at_limit = pc.indices_nonzero(pc.greater_equal(lengths, limit)).to_pylist()
+            full_lengths = [len(ids) for ids in encode(pairs.select(at_limit)["translation"])] if at_limit else []
+            num_cut = counts[name][f"truncated_{side}"] = sum(length > limit for length in full_lengths)
             if num_cut:
-                share = num_cut / len(lengths)
                 cut.append(
-                    f"{flag} {limit} cuts {num_cut:,} of the {len(lengths):,} {name} {side} ({share:.1%}; the "
-                    f"longest has {max(lengths):,} tokens)"
+                    f"{flag} {limit} cuts {num_cut:,} of the {len(features):,} {name} {side} "
+                    f"({num_cut / len(features):.1%}; the longest has {max(full_lengths):,} tokens)"
                 )
         if cut:
             logger.warning(f"truncation: {' and '.join(cut)}")
