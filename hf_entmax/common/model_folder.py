@@ -149,11 +149,12 @@ def load_pretrained(
     if hide_bar:
         transformers_logging.disable_progress_bar()
     try:
-        model = model_class.from_pretrained(folder, **kwargs)
+        loaded = model_class.from_pretrained(folder, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) with output_loading_info
         if getattr(model, "generation_config", None) is not None:
             # AdaptiveEntmaxMarian's from_pretrained has checked it already; MarianMTModel's does not.
             check_generation_settings(model.generation_config.to_dict(), model.config, f"{folder}: generation config")
-        return model
+        return loaded
     except pickle.UnpicklingError as error:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
         files = ", ".join(path for path in find_pickle_files(folder) if "/" not in path) or "its pickled weights"

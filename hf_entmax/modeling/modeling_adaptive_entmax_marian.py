@@ -367,8 +367,11 @@ ATTENTION_OPTION_DEFAULTS = {
     option.name: option.default for option in (*fields(AlphaOptions), *fields(ScalingOptions))
 }
 _LAYER_KEY = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(?:(self_attn|encoder_attn)\.)?")
-_ATTENTION_KINDS = {("encoder", "self_attn"): "encoder_self", ("decoder", "self_attn"): "decoder_self"}
-_ATTENTION_KINDS[("decoder", "encoder_attn")] = "cross"
+_ATTENTION_KINDS = {
+    ("encoder", "self_attn"): "encoder_self",
+    ("decoder", "self_attn"): "decoder_self",
+    ("decoder", "encoder_attn"): "cross",
+}
 
 
 @dataclass
@@ -418,12 +421,10 @@ def read_checkpoint(state_dict: dict | None, checkpoint_files: list[str] | None)
     else:
         return None
     shapes.update((key, tuple(tensor.shape)) for key, tensor in tensors.items())
-    per_head = {key: tensor for key, tensor in tensors.items() if key.endswith(PER_HEAD_PARAMETERS)}
-    strip = _without_model_prefix
     return CheckpointSummary(
         source,
-        {strip(key): shape for key, shape in shapes.items()},
-        {strip(key): tensor for key, tensor in per_head.items()},
+        {_without_model_prefix(key): shape for key, shape in shapes.items()},
+        {_without_model_prefix(key): tensor for key, tensor in tensors.items() if key.endswith(PER_HEAD_PARAMETERS)},
         saved_config,
     )
 
@@ -529,10 +530,14 @@ def check_checkpoint_fits(model: nn.Module, checkpoint: CheckpointSummary) -> No
         if tensor.is_meta:
             continue
         if not torch.isfinite(tensor).all():
-            value = "NaN" if tensor.isnan().any() else "infinite values"
+            found, effect = (
+                ("NaN", f"every head of {title} would compute NaN, and every translation would be empty")
+                if tensor.isnan().any()
+                else ("infinite values", "no training run leaves those")
+            )
             raise ValueError(
-                f"{where}: `{key}` holds {value}: every head of {title} would compute NaN, and every translation "
-                "would be empty; these weights are damaged (a run that diverged?): load an earlier checkpoint"
+                f"{where}: `{key}` holds {found}: {effect}; these weights are damaged (a run that diverged?): load an "
+                "earlier checkpoint"
             )
         if parameter != "alpha_logits":
             continue
@@ -547,7 +552,7 @@ def check_checkpoint_fits(model: nn.Module, checkpoint: CheckpointSummary) -> No
                 raise ValueError(
                     f"{where}: a learned α of {title} is {learned:.3f} (`{key}`), {side} the config's `{bound}` "
                     f"({value}): loading would clamp it to {value} and change what the model computes; set `{bound}` "
-                    f"to {advice} {learned:.3f} (the bound it was trained with)"
+                    f"to {advice} {learned:.3f} (the model was trained with a wider range)"
                 )
 
 
