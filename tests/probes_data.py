@@ -27,7 +27,6 @@ from hf_entmax.training.tokenizer import train_joint_tokenizer
 
 
 ITEM = 13
-RUN_PY = "hf_entmax/training/run.py train(): call data.report_truncation after tokenize_splits"
 HIRAGANA = [chr(code) for code in range(0x3041, 0x3097)]
 
 
@@ -331,7 +330,7 @@ def probe_train_generation_max_length_one(bench):
     return cli(argv, "--generation_max_length 1", "2")
 
 
-@probe(ITEM, DOCUMENTED, slow=True, pending=RUN_PY)
+@probe(ITEM, DOCUMENTED, slow=True)
 def probe_train_reports_truncated_sources(bench):
     """train --max_source_length 4: the run says how many sources it cut"""
     with logged_warnings() as warnings:
@@ -340,8 +339,17 @@ def probe_train_reports_truncated_sources(bench):
     return documented(code == 0 and said, f"exit code {code}: {first_line(stderr)}; warnings: {warnings}")
 
 
-@probe(ITEM, slow=True, pending=RUN_PY)
+@probe(ITEM, slow=True)
 def probe_train_source_prefix_filling_the_length(bench):
     """train --source_prefix 'translate English to Synthetic: ' --max_source_length 6"""
     prefix = ["--source_prefix", "translate English to Synthetic: ", "--max_source_length", "6"]
     return cli(bench.train_argv(bench.folder() / "run", *prefix), "--source_prefix", "--max_source_length 6")
+
+
+@probe(ITEM)
+def probe_train_language_code_not_a_code(bench):
+    """train --source_lang 'English text' (a column name, not a code for the card): refused before training"""
+    rows = [("English text", "syn"), *generate_pairs(48, seed=3)]  # a header naming the columns
+    data = bench.write(bench.folder() / "pairs.tsv", "".join(f"{source}\t{target}\n" for source, target in rows))
+    argv = bench.train_argv(bench.folder() / "run", "--train_file", str(data), "--source_lang", "English text")
+    return cli(argv, "--source_lang", "language code")

@@ -83,7 +83,60 @@ def probe_train_into_an_edited_export(bench):
     with open(folder / "README.md", "a", encoding="utf-8") as card:
         card.write("\nMy own notes on this model.\n")
     bench.keep(folder)
-    return cli(bench.train_argv(folder), "--output_dir", str(folder))
+    return cli(bench.train_argv(folder), "--output_dir", str(folder), "the output of hf-entmax export")
+
+
+def _edited_export(bench) -> Path:
+    folder = bench.hub_folder()
+    with open(folder / "README.md", "a", encoding="utf-8") as card:
+        card.write("\nMy own notes on this model.\n")
+    bench.keep(folder)
+    return folder
+
+
+@probe(ITEM)
+def probe_export_over_an_edited_export(bench):
+    """export --output: an earlier export whose card the user edited since"""
+    folder = _edited_export(bench)
+    return cli(bench.export_argv("--output", str(folder), "--no-check_load"), "README.md", "--overwrite")
+
+
+@probe(ITEM)
+def probe_export_over_an_export_with_an_added_file(bench):
+    """export --output: an earlier export the user added a file to (notes.txt)"""
+    folder = bench.hub_folder()
+    bench.write(folder / "notes.txt", "keep me\n")
+    bench.keep(folder)
+    return cli(bench.export_argv("--output", str(folder), "--no-check_load"), "notes.txt", "--overwrite")
+
+
+@probe(ITEM)
+def probe_convert_over_an_edited_export(bench):
+    """convert --output: an earlier export whose card the user edited since"""
+    folder = _edited_export(bench)
+    return cli(bench.convert_argv("--output", str(folder), "--no-check_load"), "README.md", "--overwrite")
+
+
+@probe(ITEM)
+def probe_export_api_over_an_edited_export(bench):
+    """export_hub_folder(): an earlier export whose card the user edited since"""
+    from hf_entmax.hub import export_hub_folder
+    from hf_entmax.modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
+
+    folder = _edited_export(bench)
+    model = AdaptiveEntmaxMarianMTModel.from_pretrained(folder)
+    return api(lambda: export_hub_folder(model, bench.tokenizer, folder), "README.md", "overwrite")
+
+
+@probe(ITEM, DOCUMENTED)
+def probe_export_overwrite_replaces_an_edited_export(bench):
+    """export --overwrite over an edited earlier export: replaced whole, the card rendered again"""
+    folder = bench.hub_folder()
+    with open(folder / "README.md", "a", encoding="utf-8") as card:
+        card.write("\nMy own notes on this model.\n")
+    code, _, stderr = run_command(bench.export_argv("--output", str(folder), "--no-check_load", "--overwrite"))
+    ok = code == 0 and "My own notes" not in (folder / "README.md").read_text(encoding="utf-8")
+    return documented(ok, f"exit code {code}: {first_line(stderr)}")
 
 
 @probe(ITEM)

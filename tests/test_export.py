@@ -134,9 +134,24 @@ def test_exporting_again_replaces_the_folder_whole_and_other_folders_are_refused
     project = tmp_path / "project"
     project.mkdir()
     (project / "notes.txt").write_text("mine\n")
-    with pytest.raises(HfEntmaxValueError, match="not empty and not an earlier AdaptiveEntmaxMarian export"):
+    with pytest.raises(HfEntmaxValueError, match=r"not from an earlier hf-entmax export \(notes.txt\)"):
         export_hub_folder(model, tokenizer, project)
     assert (project / "notes.txt").read_text() == "mine\n"
+
+
+def test_an_export_edited_since_is_replaced_only_when_asked(model, tokenizer, tmp_path):
+    folder = export_hub_folder(model, tokenizer, tmp_path / "hub")
+    with open(folder / "README.md", "a", encoding="utf-8") as card:
+        card.write("\nMy notes on this model.\n")
+    (folder / "notes.txt").write_text("mine\n")
+    edited = (folder / "README.md").read_text()
+    with pytest.raises(
+        HfEntmaxValueError, match=r"edited or added since hf-entmax export wrote it \(README.md, notes"
+    ):
+        export_hub_folder(model, tokenizer, folder)
+    assert (folder / "README.md").read_text() == edited
+    export_hub_folder(model, tokenizer, folder, overwrite=True)
+    assert (folder / "README.md").read_text() != edited and not (folder / "notes.txt").exists()
 
 
 def test_model_card_metadata_round_trips_and_the_body_has_the_alpha_table(model, tmp_path):

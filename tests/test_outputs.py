@@ -49,7 +49,7 @@ def test_a_folder_is_claimed_once_and_marked(tmp_path):
 def test_a_foreign_folder_is_refused_unless_overwrite(tmp_path):
     (tmp_path / "README.md").write_text("mine\n")
     with pytest.raises(
-        HfEntmaxValueError, match=r"not from a hf-entmax train run \(README.md\).*--overwrite_output_dir"
+        HfEntmaxValueError, match=r"not from an earlier hf-entmax train \(README.md\).*--overwrite_output_dir"
     ):
         check_output_folder(tmp_path, "train", "--output_dir")
     check_output_folder(tmp_path, "train", "--output_dir", overwrite=True)

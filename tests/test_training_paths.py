@@ -494,7 +494,7 @@ def test_a_run_never_replaces_files_it_did_not_write(tmp_path, files, adaptive_f
     project.mkdir()
     (project / "README.md").write_text("my project\n")
     assert main([*argv, "--output_dir", str(project)]) == 1
-    assert "holds files that are not from a hf-entmax train run (README.md)" in capsys.readouterr().err
+    assert "holds files that are not from an earlier hf-entmax train (README.md)" in capsys.readouterr().err
     assert (project / "README.md").read_text() == "my project\n"
     # The model being fine-tuned is never the output.
     fine_tune = ["train", "--model_name_or_path", str(adaptive_folder), "--train_file", files["train"], *PAIR, *QUICK]

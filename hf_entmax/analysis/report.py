@@ -498,6 +498,10 @@ def model_card_section(
             if "scaling" in model["attention"][kind]
         }
         scales_agree = attention_scales is None or _same_scales(reported_scales, attention_scales)
+        # Figures are named by text (where a name leads is checked by whoever copies the file: `folder_file`).
+        figures = report.get("figures", {})
+        if not isinstance(figures, dict) or not all(isinstance(file, str) for file in figures.values()):
+            raise ValueError(f"its figures are not named by file names: {figures!r:.200}")
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as error:
         raise HfEntmaxValueError(
             f"--analysis {path}: not a report written by `hf-entmax analyze` ({error!r})"
@@ -530,7 +534,7 @@ def model_card_section(
     ]
     files = {}
     for name in CARD_FIGURES:
-        file = report.get("figures", {}).get(name)
+        file = figures.get(name)
         if file and (report_dir / file).is_file():
             files[f"{figures_folder}/{file}"] = report_dir / file
             lines += ["", f"![{FIGURES[name][1]}]({figures_folder}/{file})"]

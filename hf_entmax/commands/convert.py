@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         base_model=args.base_model,
         model_id=args.repo_id,
         max_shard_size=args.max_shard_size,
+        overwrite=args.overwrite,
         **given_attention_options(args),
     )
     print(report.summary())

@@ -6,13 +6,15 @@ Any `hf-entmax train` flag can be added to change the defaults, e.g. `hf-entmax 
 """
 
 import json
-import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..errors import HfEntmaxValueError, last_line
+from ..hub.export import load_check_environment
 from ..training import synthetic
 from .train import parse_arguments, print_summary, run_training
 
@@ -52,14 +54,22 @@ def translate_without_hf_entmax(folder: Path, sources: list[str]) -> list[dict[s
         import json, sys
         sys.modules["hf_entmax"] = None  # as on a machine without hf_entmax
         from transformers import pipeline
-        translator = pipeline("translation", model={str(folder)!r}, trust_remote_code=True)
+        translator = pipeline("translation", model={str(folder.resolve())!r}, trust_remote_code=True)
         print(json.dumps(translator({sources!r})))
         """
     )
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment)
+    # The child runs the folder's code: it gets the load check's environment (no tokens, an empty home folder).
+    with tempfile.TemporaryDirectory(prefix="hf_entmax_demo_") as home:
+        completed = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=load_check_environment(Path(home)),
+            cwd=home,  # not the project folder: hf_entmax must not be importable from the working directory
+            stdin=subprocess.DEVNULL,
+        )
     if completed.returncode != 0:
-        raise RuntimeError(f"loading {folder} as remote code failed:\n{completed.stderr}")
+        raise HfEntmaxValueError(f"{folder} did not translate without hf_entmax: {last_line(completed.stderr)}")
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 

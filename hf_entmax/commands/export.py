@@ -20,13 +20,13 @@ from pathlib import Path
 
 from ..analysis.collect import analyze_model
 from ..analysis.report import REPORT_JSON, mean_sparsity, model_card_section
-from ..common.hub_ids import check_repo_id
+from ..common.hub_ids import check_language_code, check_repo_id
 from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer
 from ..common.records import RUN_RECORD_FILES, SUMMARY_FILE
 from ..common.text_files import read_sentences
 from ..errors import HfEntmaxFileNotFoundError
 from ..hub.export import check_export_target, export_hub_folder, folder_file
-from ..hub.model_card import ModelCardInfo, check_language_code, check_license, read_training_summary
+from ..hub.model_card import ModelCardInfo, check_license, read_training_summary
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..modeling.sparsefinder_attention import PREDICTOR_FILE
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["base_model"] = check_repo_id(args.base_model, "--base_model")
     if args.dataset:
         overrides["datasets"] = [check_repo_id(dataset, "--dataset") for dataset in args.dataset]
-    check_export_target(Path(args.output))  # before the model loads: the folder may not be replaced
+    check_export_target(Path(args.output), args.overwrite)  # before the model loads: the folder may not be replaced
     model = load_exportable_model(folder)
     tokenizer = load_tokenizer(folder, f"--model {folder}", config=model.config)  # no remote code needed here
     summary_path = folder / SUMMARY_FILE
@@ -117,7 +117,13 @@ def run(args: argparse.Namespace) -> int:
             extra_files[destination] = folder_file(report, name, f"--analysis {report / REPORT_JSON}")
 
     export_hub_folder(
-        model, tokenizer, args.output, card=card, max_shard_size=args.max_shard_size, extra_files=extra_files
+        model,
+        tokenizer,
+        args.output,
+        card=card,
+        max_shard_size=args.max_shard_size,
+        extra_files=extra_files,
+        overwrite=args.overwrite,
     )
     print(f"Wrote the Hub-ready folder {args.output} (model card: {Path(args.output) / 'README.md'}).")
     check_written_folder(args)

@@ -6,13 +6,19 @@ from ..hub.export import check_folder_loads, is_shard_size
 
 
 def add_hub_folder_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--repo_id``, ``--max_shard_size`` and ``--check_load/--no-check_load``."""
+    """``--repo_id``, ``--max_shard_size``, ``--overwrite`` and ``--check_load/--no-check_load``."""
     parser.add_argument("--repo_id", default=None, help="The repo id you will push to, for the card's usage example.")
     parser.add_argument(
         "--max_shard_size",
         default="2GB",
         type=shard_size,
         help="Write several safetensors shards above this size (e.g. 500MB, 2GB).",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace --output whole even if it is not an earlier export left as it was written (files edited or "
+        "added since, another command's output).",
     )
     parser.add_argument(
         "--check_load",

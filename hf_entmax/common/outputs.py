@@ -11,6 +11,7 @@
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -43,14 +44,56 @@ _TORCH_WRITE_FAILURES = ("inline_container", "PytorchStreamWriter", "file write 
 _HELD: dict[Path, int] = {}
 
 
-def written_by(folder: Path) -> str | None:
-    """The command that wrote ``folder`` by its marker (``"train"``), or None: no marker, or one that is not ours."""
+def read_marker(folder: Path) -> dict:
+    """``folder``'s marker: ``{"command": …}``, and for a folder written whole, ``"files"``: the SHA-256 of every
+    file it wrote. ``{}`` when there is none, or it is not ours."""
     try:
         marker = json.loads((folder / MARKER_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    command = marker.get("command") if isinstance(marker, dict) else None
-    return command if isinstance(command, str) else None
+        return {}
+    return marker if isinstance(marker, dict) and isinstance(marker.get("command"), str) else {}
+
+
+def written_by(folder: Path) -> str | None:
+    """The command that wrote ``folder`` by its marker (``"train"``), or None: no marker, or one that is not ours."""
+    return read_marker(folder).get("command")
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """The SHA-256 of every regular file under ``folder`` (not following links), by relative POSIX path; hf-entmax's
+    own files (`OWN_ENTRIES`) left out."""
+    digests = {}
+    for root, folders, files in os.walk(folder):
+        relative = Path(root).relative_to(folder)
+        folders[:] = [name for name in folders if not (relative == Path(".") and name in OWN_ENTRIES)]
+        for name in files:
+            path = Path(root) / name
+            if (relative == Path(".") and name in OWN_ENTRIES) or not path.is_file() or path.is_symlink():
+                continue
+            digest = hashlib.sha256()
+            with path.open("rb") as file:
+                while chunk := file.read(1 << 20):
+                    digest.update(chunk)
+            digests[(relative / name).as_posix()] = digest.hexdigest()
+    return digests
+
+
+def write_marker(folder: Path, command: str, *, files: dict[str, str] | None = None, flag: str | None = None) -> None:
+    """Mark ``folder`` as written by ``command``; ``files`` (see `file_digests`) lets a later run tell the files it
+    wrote from files edited or added since."""
+    marker = {"command": command, "framework_versions": framework_versions()}
+    if files is not None:
+        marker["files"] = files
+    write_text_atomically(folder / MARKER_FILE, json.dumps(marker, indent=2) + "\n", flag=flag)
+
+
+def changed_since_written(folder: Path, marker: dict) -> list[str]:
+    """The files of ``folder`` edited or added since the command of ``marker`` wrote it (only a marker with
+    ``"files"`` can tell; others give ``[]``)."""
+    written = marker.get("files")
+    if not isinstance(written, dict):
+        return []
+    return sorted(name for name, digest in file_digests(folder).items() if written.get(name) != digest)
 
 
 def listed(names: list[str], limit: int = 5) -> str:
@@ -69,7 +112,8 @@ def check_output_folder(
     earlier_output: Callable[[Path], bool] | None = None,
 ) -> None:
     """Refuse ``folder`` unless ``command`` may write into it: it does not exist, is empty, holds the marker of an
-    earlier run of ``command`` (or passes ``earlier_output``, for outputs written before markers), or ``overwrite``.
+    earlier run of ``command`` (and, where the marker lists the files written, none was edited or added since), or
+    passes ``earlier_output`` (outputs written before markers), or ``overwrite``.
 
     Raises:
         HfEntmaxValueError: naming ``flag``, the folder, what it holds and ``overwrite_flag``.
@@ -79,10 +123,18 @@ def check_output_folder(
     if overwrite or not folder.is_dir():
         return
     entries = [path.name for path in folder.iterdir() if path.name not in OWN_ENTRIES]
-    if not entries or written_by(folder) == command or (earlier_output is not None and earlier_output(folder)):
+    marker = read_marker(folder)
+    if marker.get("command") == command:
+        if changed := changed_since_written(folder, marker):
+            raise HfEntmaxValueError(
+                f"{flag} {folder} holds files edited or added since hf-entmax {command} wrote it ({listed(changed)}): "
+                f"writing there would replace them; choose a new folder, or give {overwrite_flag} to write anyway"
+            )
         return
-    other = written_by(folder)
-    origin = f"the output of hf-entmax {other}" if other else f"files that are not from a hf-entmax {command} run"
+    if not entries or (earlier_output is not None and earlier_output(folder)):
+        return
+    other = marker.get("command")
+    origin = f"the output of hf-entmax {other}" if other else f"files that are not from an earlier hf-entmax {command}"
     raise HfEntmaxValueError(
         f"{flag} {folder} holds {origin} ({listed(entries)}): writing there could replace them; choose a new "
         f"folder, or give {overwrite_flag} to write into it anyway"
@@ -134,8 +186,7 @@ def claimed_output_folder(
     try:
         # Checked again under the lock: another process may have written the folder between the first check and now.
         check_output_folder(folder, command, flag, overwrite=overwrite, earlier_output=earlier_output)
-        marker = {"command": command, "framework_versions": framework_versions()}
-        write_text_atomically(folder / MARKER_FILE, json.dumps(marker, indent=2) + "\n", flag=flag)
+        write_marker(folder, command, flag=flag)
         _HELD[held] = 1
         yield folder
     finally:

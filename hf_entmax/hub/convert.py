@@ -109,6 +109,7 @@ def convert_marian(
     base_model: str | None = None,
     model_id: str | None = None,
     max_shard_size: str | int = "2GB",
+    overwrite: bool = False,
     **attention_options: object,
 ) -> ConversionReport:
     """Turn a MarianMT checkpoint into an AdaptiveEntmaxMarian one and write it as a Hub-ready folder.
@@ -123,6 +124,7 @@ def convert_marian(
         base_model: Hub id of the source for the card (inferred when ``model`` is a Hub id or in the Hub cache).
         model_id: The repo id the folder will be pushed to, for the card's usage snippet.
         max_shard_size: Above this size the weights are written as several safetensors shards.
+        overwrite: Replace ``output_dir`` whole even if it is not an earlier export left as it was written.
         **attention_options: Fields of `AlphaOptions` (``alpha_init``, ``learn_alpha``, ``alpha_min``, ``alpha_max``,
             ``cross_alpha_init``, …) and of `ScalingOptions` (``attention_scaling="asentmax"``, …). Those not given
             keep the source's function: α = 1 fixed, exactly softmax, and no scaling. A learned α is
@@ -141,7 +143,7 @@ def convert_marian(
     attention_fields = conversion_attention_options(attention_options)
     # What can be refused without loading anything is refused first: the target, then the source.
     check_shard_size(max_shard_size, "max_shard_size")
-    check_export_target(Path(output_dir))
+    check_export_target(Path(output_dir), overwrite)
     source_dir, from_hub = resolve_source(model, allow_pickle=allow_pickle)
     # The card's fields (languages, ids, names) are checked as it is made: before the slow part.
     inferred_source_lang, inferred_target_lang = infer_languages(model)
@@ -200,7 +202,7 @@ def convert_marian(
             f"(greedy identical: {report.greedy_identical}, beam identical: {report.beam_identical})"
         )
 
-    export_hub_folder(target, tokenizer, output_dir, card=card, max_shard_size=max_shard_size)
+    export_hub_folder(target, tokenizer, output_dir, card=card, max_shard_size=max_shard_size, overwrite=overwrite)
     return report
 
 

@@ -21,8 +21,14 @@ import torch
 from safetensors import SafetensorError
 from transformers import PreTrainedTokenizerBase
 
-from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer, read_model_config
-from ..common.outputs import is_write_failure, write_failure_error
+from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer
+from ..common.outputs import (
+    check_output_folder,
+    file_digests,
+    is_write_failure,
+    write_failure_error,
+    write_marker,
+)
 from ..errors import (
     HfEntmaxError,
     HfEntmaxFileNotFoundError,
@@ -37,6 +43,9 @@ from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTMod
 from .model_card import ModelCardInfo, render_model_card
 
 
+# The command a Hub-ready folder's marker names, whichever wrote it (`hf-entmax export` or `convert`): either may
+# replace the other's folder.
+EXPORT_COMMAND = "export"
 # `max_shard_size` as people write it (the units of huggingface_hub's parser).
 _SHARD_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*[KMGT]B\s*", re.IGNORECASE)
 # The only variables of this process the load check's child gets: what Python, torch and the dynamic loader need
@@ -105,6 +114,7 @@ def export_hub_folder(
     card: ModelCardInfo | None = None,
     max_shard_size: str | int = "2GB",
     extra_files: Mapping[str, str | os.PathLike] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write a folder that loads anywhere with ``trust_remote_code=True`` and can be pushed to the Hub as it is.
 
@@ -114,14 +124,16 @@ def export_hub_folder(
     line defaults to the tokenizer's class and size), plus ``extra_files``: ``{path in the folder: file to copy
     there}``, e.g. the figures the card shows and the training run's records. Nothing is written outside
     ``output_dir``: those paths are relative and stay inside it (no absolute path, no ``..``). The sources are
-    copied as given: check where they come from first (see `folder_file`).
+    copied as given: check where they come from first (see `folder_file`). A marker (``.hf_entmax_output.json``,
+    never uploaded) records what was written, so that a later export replaces the folder only if nothing in it was
+    edited or added since (or with ``overwrite``).
 
     Returns:
         The folder's path.
 
     Raises:
         HfEntmaxValueError: a bad ``max_shard_size``, an ``extra_files`` path outside the folder, or a target that
-            holds other files (see `check_export_target`).
+            holds other files, unless ``overwrite`` (see `check_export_target`).
         HfEntmaxWriteError: the folder cannot be written (a full disk, a read-only folder, a file in the path); an
             earlier export there is left as it was.
     """
@@ -136,7 +148,7 @@ def export_hub_folder(
                 "climbs out with ..); give a path relative to the folder"
             )
         copies[relative] = Path(source)
-    check_export_target(output_dir)
+    check_export_target(output_dir, overwrite)
     existing = next((path for path in output_dir.absolute().parents if path.exists()), None)
     if existing is not None and not existing.is_dir():
         raise HfEntmaxValueError(f"{output_dir}: {existing} is a file, so no folder can be made there")
@@ -175,6 +187,8 @@ def _write_hub_folder(
         for destination, source in copies.items():
             (staging / destination).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, staging / destination)
+        # What the export wrote, file by file: a later export refuses to replace files edited or added since.
+        write_marker(staging, EXPORT_COMMAND, files=file_digests(staging))
         replace_folder(staging, output_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -228,32 +242,17 @@ def folder_file(folder: Path, relative: str, name: str) -> Path:
     return current
 
 
-def check_export_target(output_dir: Path) -> None:
-    """Refuse a target that is a file, or a non-empty folder that is not an earlier Hub-ready folder of this model
-    type: an export replaces its target whole, so anything else in it (a training run's checkpoints, other files)
-    would be lost."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise HfEntmaxValueError(f"{output_dir} is a file; export into a folder")
-    if not output_dir.is_dir() or not any(output_dir.iterdir()):
-        return
-    from .push import select_upload_files  # push builds on this module
+def check_export_target(output_dir: Path, overwrite: bool = False) -> None:
+    """Refuse a target that is a file, or a non-empty folder other than an earlier export left as it was written:
+    an export replaces its target whole, so anything else in it (a training run, files edited or added since the
+    export, e.g. an edited card) would be lost, unless ``overwrite``.
 
-    refusal = (
-        f"{output_dir} is not empty and not an earlier AdaptiveEntmaxMarian export, and an export replaces its "
-        "folder whole"
+    Raises:
+        HfEntmaxValueError: naming the folder, the files and ``--overwrite``.
+    """
+    check_output_folder(
+        output_dir, EXPORT_COMMAND, "Hub-ready folder", overwrite=overwrite, overwrite_flag="--overwrite"
     )
-    try:
-        model_type = read_model_config(output_dir, str(output_dir)).get("model_type")
-        skipped = select_upload_files(output_dir).skipped
-    except HfEntmaxError:
-        model_type, skipped = None, []
-    if model_type != AdaptiveEntmaxMarianConfig.model_type:
-        raise HfEntmaxValueError(f"{refusal}: export into a new or empty folder")
-    if skipped:
-        listed = ", ".join(skipped[:5]) + (", …" if len(skipped) > 5 else "")
-        raise HfEntmaxValueError(
-            f"{refusal} (it holds {listed}, which an export does not write): export into a new or empty folder"
-        )
 
 
 def is_shard_size(value: object) -> bool:
@@ -434,6 +433,7 @@ def load_check_environment(home: Path) -> dict[str, str]:
 
 __all__ = [
     "CHECK_SENTENCES",
+    "EXPORT_COMMAND",
     "check_export_target",
     "check_folder_loads",
     "check_shard_size",

@@ -21,7 +21,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..common.hub_ids import check_repo_id, is_hub_id
+from ..common.hub_ids import check_language_code, check_repo_id, is_hub_id
 from ..common.model_folder import load_pretrained
 from ..common.records import CONVERTED_TAG, SUMMARY_FILE, SYNTHETIC_DATA
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
@@ -42,8 +42,6 @@ EVALUATION_ONLY_NOTE = "This run evaluated the checkpoint without training it: t
 _ENUM_REPR = re.compile(r"[A-Z]\w*\.([A-Z][A-Z0-9_]*)")
 # License ids as the Hub's metadata takes them: lower-case SPDX-style (apache-2.0, mit, cc-by-4.0, other).
 LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9.+-]*")
-# Language codes: ISO 639 with optional subtags (de, pt-BR, zh_Hans), or a short code of one's own (syn).
-LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,8}([-_][A-Za-z0-9]{1,8})*")
 # What the summary holds under these keys, when it holds them: anything else is not a `hf-entmax train` summary.
 _SUMMARY_TYPES = {
     "metrics": dict,
@@ -260,16 +258,6 @@ def check_license(value: object, name: str) -> str:
         raise HfEntmaxValueError(
             f"{name} {value!r} is not a license id: expected a lower-case id such as apache-2.0, mit, cc-by-4.0 or "
             "other (letters, digits, '.', '-', '+')"
-        )
-    return value
-
-
-def check_language_code(value: object, name: str) -> str:
-    """``value`` if it is a language code (`LANGUAGE_CODE`: de, en, pt-BR, zh_Hans)."""
-    if not isinstance(value, str) or not LANGUAGE_CODE.fullmatch(value):
-        raise HfEntmaxValueError(
-            f"{name} {value!r} is not a language code: expected a code such as de, en or pt-BR (letters, then "
-            "optional '-' or '_' parts)"
         )
     return value
 
@@ -661,7 +649,6 @@ __all__ = [
     "ModelCardInfo",
     "TranslationScores",
     "check_card_fields",
-    "check_language_code",
     "check_license",
     "read_training_summary",
     "render_model_card",

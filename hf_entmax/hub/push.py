@@ -25,6 +25,7 @@ from transformers.dynamic_module_utils import get_relative_imports
 
 from ..common.hub_ids import check_repo_id
 from ..common.model_folder import PICKLE_SUFFIXES, check_safetensors_weights
+from ..common.outputs import OWN_ENTRIES
 from ..common.records import RUN_RECORD_FILES
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, describe_os_error, one_line
 from .export import check_folder_loads, folder_file, folder_path
@@ -240,7 +241,9 @@ def select_upload_files(folder: str | os.PathLike) -> UploadSelection:
     named = _code_files(folder) | _card_figures(folder)
     _check_publishable(folder, named)
     selected |= named
-    return UploadSelection(files=sorted(selected), skipped=[path for path in every_file if path not in selected])
+    # hf-entmax's own marker and lock are not the user's files: never uploaded, not worth listing as skipped.
+    skipped = [path for path in every_file if path not in selected and path not in OWN_ENTRIES]
+    return UploadSelection(files=sorted(selected), skipped=skipped)
 
 
 def looks_private(path: str) -> bool:

@@ -31,6 +31,7 @@ from transformers import (
     set_seed,
 )
 
+from ..common.hub_ids import check_language_code
 from ..common.outputs import (
     OWN_ENTRIES,
     claimed_output_folder,
@@ -49,7 +50,7 @@ from ..common.records import (
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxValueError
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .arguments import DataArguments, ModelArguments
-from .data import limit_samples, load_parallel_data
+from .data import limit_samples, load_parallel_data, report_truncation
 from .metrics import sacrebleu_signatures, translation_metrics
 from .model_loading import StartingPoint, describe_alpha, describe_scaling, load_model, read_starting_point
 from .records import alpha_history, evaluations, plain, scale_history
@@ -152,15 +153,10 @@ def tokenize_splits(
 
         return tokenize
 
-    limits = {
-        "train": (data_args.max_train_samples, data_args.max_target_length),
-        "validation": (data_args.max_eval_samples, data_args.val_max_target_length),
-        "test": (data_args.max_predict_samples, data_args.val_max_target_length),
-    }
     tokenized = {}
     with training_args.main_process_first(desc="tokenizing"):
         for split_name, split in raw.items():
-            max_samples, max_target_length = limits.get(split_name, (None, data_args.max_target_length))
+            max_samples, max_target_length = data_args.split_limits(split_name)
             split = limit_samples(split, max_samples)
             tokenized[split_name] = split.map(
                 tokenizer_for(max_target_length),
@@ -425,6 +421,7 @@ class RunFacts:
     start: StartingPoint
     stages: Stages
     num_beams: int
+    truncated: dict[str, dict[str, int]]  # per split, the examples the length limits cut (`report_truncation`)
 
 
 def run_summary(
@@ -480,6 +477,7 @@ def run_summary(
             "max_target_length": data_args.max_target_length,
             "val_max_target_length": data_args.val_max_target_length,
             "source_prefix": data_args.source_prefix,
+            "truncated": facts.truncated,
         },
         "framework_versions": framework_versions(),
     }
@@ -546,6 +544,9 @@ def _train(
     checkpoint = resolve_checkpoint(training_args)
 
     raw, source_lang, target_lang = load_parallel_data(data_args)
+    # The codes go into the model card's metadata: refused now rather than after the run.
+    check_language_code(source_lang, "--source_lang")
+    check_language_code(target_lang, "--target_lang")
     stages = choose_stages(training_args, raw)
     start = read_starting_point(model_args.model_name_or_path)
     data_args.resolve_lengths(None if start.config is None else start.config.max_position_embeddings)
@@ -572,6 +573,7 @@ def _train(
     model.generation_config.max_length = max_length
 
     tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args)
+    truncated = report_truncation(raw, tokenized, tokenizer, data_args, source_lang, target_lang)
     # BLEU needs generated text: evaluation always generates (with the run's beam size and length limit).
     training_args.predict_with_generate = True
     training_args.generation_num_beams = num_beams
@@ -621,7 +623,9 @@ def _train(
                 data_args,
                 training_args,
                 trainer,
-                RunFacts(output_dir, source_lang, target_lang, tokenizer_description, start, stages, num_beams),
+                RunFacts(
+                    output_dir, source_lang, target_lang, tokenizer_description, start, stages, num_beams, truncated
+                ),
                 tokenized,
                 metrics,
             )
