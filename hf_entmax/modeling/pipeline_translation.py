@@ -56,7 +56,9 @@ class TranslationPipeline(Pipeline):
       that translates one fixed pair ignores them, and logs that once.
     - ``batch_size`` (`int`): inputs per ``generate`` call.
     - Anything else goes to ``model.generate``: ``num_beams``, ``num_return_sequences``, ``do_sample``,
-      ``generation_config``, …
+      ``generation_config``, … Settings that ``generate`` would fail on deep inside (``num_beams`` 0, a token id past
+      the vocabulary) raise a `ValueError` naming them, whether the call, a ``generation_config`` passed or the
+      model's own generation config sets them.
 
     Example:
 
