@@ -372,3 +372,20 @@ def probe_attention_weights_do_not_change_the_function(bench):
         logits.append(model(input_ids=input_ids, labels=torch.tensor([[11, 12, 1]] * 2), output_attentions=wanted))
     same = torch.equal(logits[0].logits, logits[1].logits) and torch.equal(logits[0].loss, logits[1].loss)
     return documented(same, f"largest difference {(logits[0].logits - logits[1].logits).abs().max().item():.1e}")
+
+
+@probe(STRICT)
+def probe_train_from_a_checkpoint_with_fewer_layers_in_its_config(bench):
+    """train --model_name_or_path: a checkpoint whose config.json says fewer encoder layers than its weights"""
+    folder = _with_config(bench, encoder_layers=1)
+    argv = bench.train_argv(bench.folder() / "run", "--model_name_or_path", str(folder), fresh=False)
+    return cli(argv, "--model_name_or_path", "encoder_layers")
+
+
+@probe(STRICT)
+def probe_train_from_a_checkpoint_with_zero_beams(bench):
+    """train --model_name_or_path: a checkpoint whose generation_config.json has num_beams 0"""
+    folder = bench.hub_folder()
+    _edit_json(folder / "generation_config.json", num_beams=0)
+    argv = bench.train_argv(bench.folder() / "run", "--model_name_or_path", str(folder), fresh=False)
+    return cli(argv, "--model_name_or_path", "num_beams")

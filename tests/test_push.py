@@ -15,6 +15,7 @@ from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, Response
 
 from hf_entmax.cli import main
+from hf_entmax.common.outputs import OWN_ENTRIES
 from hf_entmax.errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
 from hf_entmax.hub import export_hub_folder, push_folder
 from hf_entmax.hub.push import HubTransportError, looks_private, select_upload_files
@@ -81,7 +82,9 @@ def test_uploads_exactly_the_checked_folder(hub_folder, online):
     upload = api.calls[2][2]
     assert upload["folder_path"] == hub_folder
     assert (upload["revision"], upload["create_pr"], upload["token"]) == ("v1", False, "hf_test_token")
-    assert upload["allow_patterns"] == sorted(path.name for path in hub_folder.iterdir())
+    assert upload["allow_patterns"] == sorted(
+        path.name for path in hub_folder.iterdir() if path.name not in OWN_ENTRIES
+    )
     assert {"model.safetensors", "config.json", "README.md", "modeling_adaptive_entmax_marian.py"} <= set(
         upload["allow_patterns"]
     )
@@ -138,7 +141,8 @@ def test_a_training_output_uploads_only_the_model_files(hub_folder, tmp_path, on
     # The real load check: it loads only the selected files, so it proves the selection is a complete model.
     assert main(["push", str(folder), "--repo_id", "someone/model"]) == 0
 
-    expected = sorted([*(path.name for path in hub_folder.iterdir()), *added["uploaded"]])
+    model_files = (path.name for path in hub_folder.iterdir() if path.name not in OWN_ENTRIES)
+    expected = sorted([*model_files, *added["uploaded"]])
     assert api.calls[-1][2]["allow_patterns"] == expected
     uploading, skipped, pushed = capsys.readouterr().out.splitlines()
     assert uploading == f"Uploading {len(expected)} files from {folder}: {', '.join(expected)}"

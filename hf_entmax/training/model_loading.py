@@ -24,7 +24,7 @@ from transformers import AutoConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
 from ..common.config import build_config
 from ..common.hub_ids import is_hub_id
-from ..common.model_folder import read_model_config
+from ..common.model_folder import load_pretrained, read_model_config
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
 from ..modeling.configuration_adaptive_entmax_marian import (
     ATTENTION_TITLES,
@@ -184,8 +184,12 @@ def load_model(
     verbosity = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()
     try:
-        model, loading = AdaptiveEntmaxMarianMTModel.from_pretrained(
-            model_args.model_name_or_path, config=config, output_loading_info=True
+        model, loading = load_pretrained(
+            AdaptiveEntmaxMarianMTModel,
+            Path(model_args.model_name_or_path),
+            f"--model_name_or_path {model_args.model_name_or_path}",
+            config=config,
+            output_loading_info=True,
         )
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
