@@ -17,6 +17,7 @@ The probes themselves live in tests/test_reliability.py (items 1-9) and the ``pr
 
 import contextlib
 import io
+import logging
 import os
 import re
 import shutil
@@ -105,10 +106,25 @@ def first_line(text: str) -> str:
     return lines[0][:300] if lines else ""
 
 
+@contextlib.contextmanager
+def warnings_kept_apart():
+    """Log records go to a handler of their own while the block runs, not to stderr: a warning the run gave before
+    its error (a truncation report, a reused tokenizer) is not part of the error's one line. Under pytest its log
+    capture does this; here it holds for the table too."""
+    handler = logging.NullHandler()  # with a handler on the root logger, logging's last resort (stderr) is not used
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+
+
 def run_command(argv: list[str]) -> tuple[int, str, str]:
-    """``hf-entmax argv`` in this process: ``(exit code, stdout, stderr)``. An exception that escapes is raised."""
+    """``hf-entmax argv`` in this process: ``(exit code, stdout, stderr)``, log records apart
+    (`warnings_kept_apart`). An exception that escapes is raised."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), warnings_kept_apart():
         try:
             code = main(argv)
         except SystemExit as exit_:  # argparse's own exit (usage errors)
