@@ -19,6 +19,7 @@ from probing import (
     cli,
     documented,
     probe,
+    register_config_probes,
     run_command,
 )
 from safetensors.torch import load_file, save_file
@@ -55,18 +56,7 @@ CONFIG_VALUES = {
 }
 
 
-def _config_value_probe(fields: dict) -> Callable[[Workbench], Outcome]:
-    def run(bench):
-        return api(lambda: tiny_config(**fields), next(iter(fields)))
-
-    return run
-
-
-for _name, _fields in CONFIG_VALUES.items():
-    _description = (
-        "AdaptiveEntmaxMarianConfig(" + ", ".join(f"{key}={value!r}" for key, value in _fields.items()) + ")"
-    )
-    PROBES.append(Probe(STRICT, f"config_{_name}", _description, _config_value_probe(_fields), CLEAR))
+register_config_probes(STRICT, CONFIG_VALUES)
 
 
 @probe(STRICT, DOCUMENTED)

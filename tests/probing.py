@@ -29,7 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from helpers import SENTENCES, tiny_model
+from helpers import SENTENCES, tiny_config, tiny_model
 from huggingface_hub import constants
 from huggingface_hub.errors import StrictDataclassError
 from transformers import MarianConfig, MarianMTModel
@@ -372,6 +372,18 @@ def probe(item: int, expected: str = CLEAR, *, slow: bool = False, owned_by: str
         return function
 
     return register
+
+
+def register_config_probes(item: int, values: dict[str, dict]) -> None:
+    """One probe of ``item`` per entry of ``values`` (``{name: {field: value, …}}``): the config built with those
+    fields must be refused, naming the first field."""
+
+    def refused(fields: dict) -> Callable[[Workbench], Outcome]:
+        return lambda bench: api(lambda: tiny_config(**fields), next(iter(fields)))
+
+    for name, fields in values.items():
+        description = "AdaptiveEntmaxMarianConfig(" + ", ".join(f"{key}={value!r}" for key, value in fields.items())
+        PROBES.append(Probe(item, f"config_{name}", description + ")", refused(fields), CLEAR))
 
 
 # --- running the probes -----------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from probing import (
     offline_environment,
     probe,
     push,
+    register_config_probes,
     reliability_table,
     run_command,
     run_probe,
@@ -774,18 +775,7 @@ CONFIG_VALUES = {
 }
 
 
-def _config_value_probe(fields: dict) -> Callable[[Workbench], Outcome]:
-    def run(bench):
-        return api(lambda: tiny_config(**fields), next(iter(fields)))
-
-    return run
-
-
-for _name, _fields in CONFIG_VALUES.items():
-    _description = (
-        "AdaptiveEntmaxMarianConfig(" + ", ".join(f"{key}={value!r}" for key, value in _fields.items()) + ")"
-    )
-    PROBES.append(Probe(7, f"config_{_name}", _description, _config_value_probe(_fields), CLEAR))
+register_config_probes(7, CONFIG_VALUES)
 
 
 @probe(7)
