@@ -131,14 +131,14 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
     Composed of separate operations, attention allocates five tensors of its scores' size per training step (the
     scores, the masked scores, the probabilities, and their two gradients), and with dropout eight (its float mask,
     the dropped weights and their gradient too), three of which live from the forward to the backward; fresh memory
-    can cost as much to fault in as the kernel's own work on it (see the README). Here the mask is added inside the
-    kernel and the probabilities overwrite the scores; without dropout the gradient to the scores overwrites the
-    gradient to the probabilities, which this function alone holds. Dropout keeps its mask as bool and the dropped
-    weights only until the forward returns; the backward recomputes them for the values' gradient in the one buffer
-    that then takes, in turn, the gradient to the weights, to the probabilities and to the scores. So a step
-    allocates two attention-sized tensors without dropout and three (and a bool mask) with it, and keeps the
-    probabilities (and the mask) for the backward. The inputs are as in `native_entmax_attention`, which makes the
-    query, key and value contiguous.
+    can cost as much to fault in as the kernel's own work on it (see docs/kernel.md, "The fused attention"). Here
+    the mask is added inside the kernel and the probabilities overwrite the scores; without dropout the gradient to
+    the scores overwrites the gradient to the probabilities, which this function alone holds. Dropout keeps its
+    mask as bool and the dropped weights only until the forward returns; the backward recomputes them for the
+    values' gradient in the one buffer that then takes, in turn, the gradient to the weights, to the probabilities
+    and to the scores. So a step allocates two attention-sized tensors without dropout and three (and a bool mask)
+    with it, and keeps the probabilities (and the mask) for the backward. The inputs are as in
+    `native_entmax_attention`, which makes the query, key and value contiguous.
 
     Second-order gradients (a backward with ``create_graph=True``) recompute the attention from its inputs by
     operations that autograd differentiates (`_differentiable_attention_backward`).

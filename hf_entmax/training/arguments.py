@@ -96,8 +96,8 @@ TRAIN_ALPHA_NOT_GIVEN = (
     "the default of AdaptiveEntmaxMarianConfig for a fresh model."
 )
 TRAIN_SCALING_NOT_GIVEN = (
-    "an AdaptiveEntmaxMarian checkpoint's own setting; the default of AdaptiveEntmaxMarianConfig (no scaling) for a "
-    "MarianMT checkpoint or a fresh model."
+    "an AdaptiveEntmaxMarian checkpoint's own setting; none for a MarianMT checkpoint (it keeps its softmax "
+    "function); softmax_matched for a fresh model."
 )
 # The attention flags of `hf-entmax train`, derived from the one definition the config inherits.
 AttentionArguments = make_dataclass("AttentionArguments", [_as_flag(option) for option in ATTENTION_OPTIONS])
