@@ -4,19 +4,21 @@ AdaptiveEntmaxMarian folder; the recipes it fills in, the stages it runs and the
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianConfig, MarianMTModel, Seq2SeqTrainingArguments
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
 from hf_entmax.cli import main
 from hf_entmax.commands.train import parse_arguments
 from hf_entmax.errors import HfEntmaxValueError
 from hf_entmax.hub.model_card import scaling_tables
-from hf_entmax.training.arguments import DataArguments
+from hf_entmax.training.arguments import DataArguments, ModelArguments
 from hf_entmax.training.model_loading import describe_alpha, describe_scaling, load_model, read_starting_point
-from hf_entmax.training.run import tokenize_splits
+from hf_entmax.training.recipes import apply_recipe, defaults_tables
+from hf_entmax.training.run import tokenize_splits, train
 from hf_entmax.training.synthetic import generate_pairs
 from hf_entmax.training.tokenizer import train_joint_tokenizer
 
@@ -224,6 +226,44 @@ def test_recipe_none_is_trainers_defaults():
     assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (5e-5, "linear")
     assert training_args.adam_beta2 == 0.999
     assert model_args.alpha_learning_rate == 5e-5
+
+
+def test_a_flag_equal_to_trainers_default_is_still_given():
+    # The command line knows which flags were given: --learning_rate 5e-5 is the user's, not "not given".
+    model_args, _, training_args = parse_arguments(["--learning_rate", "5e-5"])
+    assert (model_args.recipe, training_args.learning_rate) == ("from-scratch", 5e-5)
+
+
+def test_python_gets_the_recipe_the_command_gets():
+    model_args, training_args = ModelArguments(), Seq2SeqTrainingArguments(output_dir="unused", warmup_steps=7)
+    training_args = apply_recipe(model_args, training_args)
+    assert (model_args.recipe, training_args.learning_rate, training_args.adam_beta2) == ("from-scratch", 1e-3, 0.98)
+    assert training_args.warmup_steps == 7  # a setting given (not Trainer's default) wins
+    assert model_args.alpha_learning_rate == pytest.approx(1e-2) and model_args.recipe_applied
+    assert apply_recipe(ModelArguments(recipe="none"), Seq2SeqTrainingArguments(output_dir="x")).learning_rate == 5e-5
+
+
+@pytest.mark.slow
+def test_train_from_python_applies_the_recipe(tmp_path, files):
+    model_args = ModelArguments(model_size="tiny", vocab_size=200)
+    data_args = DataArguments(train_file=files["train"], source_lang="en", target_lang="syn")
+    training_args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=2, save_strategy="no", report_to="none", use_cpu=True
+    )
+    summary = train(model_args, data_args, training_args)
+    assert summary["recipe"] == "from-scratch"
+    hyperparameters = summary["hyperparameters"]
+    assert (hyperparameters["learning_rate"], hyperparameters["lr_scheduler_type"]) == (1e-3, "inverse_sqrt")
+    assert hyperparameters["alpha_learning_rate"] == pytest.approx(1e-2)
+
+
+def test_the_docs_show_the_defaults_table():
+    training_docs = (Path(__file__).resolve().parent.parent / "docs" / "training.md").read_text(encoding="utf-8")
+    regenerate = (
+        'python -c "from benchmarks.tables import write_tables; from hf_entmax.training.recipes import '
+        "defaults_tables; write_tables(['docs/training.md'], {'defaults': defaults_tables()})\""
+    )
+    assert f"<!-- table:defaults -->\n{defaults_tables()}\n<!-- /table:defaults -->" in training_docs, regenerate
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from transformers.integrations import get_reporting_integration_callbacks
 from ..errors import HfEntmaxValueError, one_line
 from ..hub.model_card import write_training_card
 from ..training.arguments import DataArguments, ModelArguments, TrainingArguments
-from ..training.recipes import choose_recipe, recipe_flags
+from ..training.recipes import apply_recipe
 from ..training.run import claimed_output_dir, train
 from .parsing import OneLineErrors, unknown_flags_message
 
@@ -56,16 +56,14 @@ def parse_arguments(
     if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
         values = _read_config_file(Path(argv[0]))
         given = set(values)
-        values = {**_command_defaults(given, values.get("model_name_or_path"), values.get("recipe", "auto")), **values}
+        values = {**_command_defaults(given), **values}
         try:
             parsed = parser.parse_dict(_typed_values(parser, values, argv[0]))
         except (ValueError, TypeError) as error:  # unknown keys, or a value a dataclass refuses
             raise HfEntmaxValueError(f"{argv[0]}: {one_line(error, 400)}") from None
     else:
         given = _given_flags(argv)
-        model_name = _flag_value(argv, "model_name_or_path")
-        defaults = _command_defaults(given, model_name, _flag_value(argv, "recipe") or "auto")
-        for name, value in defaults.items():
+        for name, value in _command_defaults(given).items():
             argv += [f"--{name}", str(value)]
         try:
             parsed = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
@@ -76,10 +74,7 @@ def parse_arguments(
             parser.error(unknown_flags_message(parser, unknown))
     model_args, data_args, training_args = parsed
     check_report_to(training_args.report_to)
-    recipe = choose_recipe(model_args.recipe, model_args.model_name_or_path is not None)
-    model_args.recipe = recipe.name
-    if model_args.alpha_learning_rate is None:
-        model_args.alpha_learning_rate = recipe.alpha_learning_rate_ratio * training_args.learning_rate
+    training_args = apply_recipe(model_args, training_args, given)
     _set_stages(training_args, given)
     return model_args, data_args, training_args
 
@@ -103,14 +98,14 @@ def _set_stages(training_args: Seq2SeqTrainingArguments, given: set[str]) -> Non
         setattr(training_args, name, value)
 
 
-def _command_defaults(given: set[str], model_name_or_path: str | None, recipe_name: str) -> dict:
-    """The settings the command supplies for what was not given: output folder, CPU settings, the recipe's."""
+def _command_defaults(given: set[str]) -> dict:
+    """The settings the command supplies for what was not given: the output folder and CPU settings (the recipe's
+    are filled in after parsing, by `apply_recipe`)."""
     defaults = {"output_dir": DEFAULT_OUTPUT_DIR}
     if not torch.accelerator.is_available():
         # Without an accelerator, say so: only then do processes started by torchrun form a (gloo) DDP group
         # instead of each training alone, and the data loader stops pinning memory for a GPU that is not there.
         defaults.update(use_cpu=True, dataloader_pin_memory=False)
-    defaults.update(recipe_flags(choose_recipe(recipe_name, model_name_or_path is not None), given))
     return {name: value for name, value in defaults.items() if name not in given}
 
 
@@ -123,15 +118,6 @@ def _given_flags(argv: list[str]) -> set[str]:
             names.add(name)
             names.add(name.removeprefix("no_"))
     return names
-
-
-def _flag_value(argv: list[str], name: str) -> str | None:
-    for position, argument in enumerate(argv):
-        if argument == f"--{name}" and position + 1 < len(argv):
-            return argv[position + 1]
-        if argument.startswith(f"--{name}="):
-            return argument.split("=", 1)[1]
-    return None
 
 
 def check_report_to(report_to: list[str]) -> None:

@@ -15,7 +15,7 @@ from transformers.hf_argparser import string_to_bool
 from ..errors import HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import SCALING_METHODS, AlphaOptions, ScalingOptions
 from .presets import MODEL_PRESETS
-from .recipes import RECIPE_CHOICES
+from .recipes import RECIPE_CHOICES, RECIPES, START_DEFAULTS, describe_recipe_settings
 
 
 DEFAULT_MAX_LENGTH = 128
@@ -92,12 +92,13 @@ def _as_flag(option: Field) -> tuple[str, type, Field]:
 
 
 TRAIN_ALPHA_NOT_GIVEN = (
-    "an AdaptiveEntmaxMarian checkpoint's own setting; a learned α from 1.1 for a MarianMT checkpoint; "
-    "the default of AdaptiveEntmaxMarianConfig for a fresh model."
+    "an AdaptiveEntmaxMarian checkpoint's own setting; a learned α from "
+    f"{START_DEFAULTS['marian'].model['alpha_init']:g} for a MarianMT checkpoint; the default of "
+    "AdaptiveEntmaxMarianConfig for a fresh model."
 )
 TRAIN_SCALING_NOT_GIVEN = (
     "an AdaptiveEntmaxMarian checkpoint's own setting; none for a MarianMT checkpoint (it keeps its softmax "
-    "function); softmax_matched for a fresh model."
+    f"function); {START_DEFAULTS['fresh'].model['attention_scaling']} for a fresh model."
 )
 # The attention flags of `hf-entmax train`, derived from the one definition the config inherits.
 AttentionArguments = make_dataclass("AttentionArguments", [_as_flag(option) for option in ATTENTION_OPTIONS])
@@ -164,26 +165,30 @@ class ModelArguments(AttentionArguments):
     recipe: str = field(
         default="auto",
         metadata={
-            "help": "Default optimiser settings for the flags you do not give: 'from-scratch' (learning rate 1e-3, "
-            "inverse square root decay after a warm-up over a tenth of the steps, Adam betas (0.9, 0.98)), "
-            "'fine-tuning' (1e-4, linear decay after a warm-up over a twentieth of the steps), 'none' (Trainer's "
-            "defaults) or 'auto' (fine-tuning with --model_name_or_path, else "
-            f"from-scratch). One of {', '.join(RECIPE_CHOICES)}."
+            "help": "Default optimiser settings for the flags you do not give: "
+            + "; ".join(f"'{name}' ({describe_recipe_settings(recipe)})" for name, recipe in RECIPES.items())
+            + f"; or 'auto' ({START_DEFAULTS['adaptive_entmax_marian'].recipe} with --model_name_or_path, else "
+            f"{START_DEFAULTS['fresh'].recipe}). One of {', '.join(RECIPE_CHOICES)}."
         },
     )
     alpha_learning_rate: float | None = field(
         default=None,
         metadata={
             "help": "Learning rate of the α logits (own optimizer group, no weight decay; 0 freezes α). "
-            "Default: the recipe's, 10 × --learning_rate from scratch and 100 × when fine-tuning, so that α "
-            "adapts within a short run."
+            "Default: the recipe's, "
+            + " and ".join(
+                f"{recipe.alpha_learning_rate_ratio:g} × --learning_rate with {name}"
+                for name, recipe in RECIPES.items()
+                if recipe.settings
+            )
+            + ", so that α adapts within a short run."
         },
     )
     dropout: float | None = field(
         default=None,
         metadata={
-            "help": "Dropout of residual connections and attention probabilities. Default: 0.1 for a fresh model, "
-            "the checkpoint's own when fine-tuning."
+            "help": "Dropout of residual connections and attention probabilities. Default: "
+            f"{START_DEFAULTS['fresh'].model['dropout']:g} for a fresh model, the checkpoint's own when fine-tuning."
         },
     )
     attention_dropout: float | None = field(
@@ -207,6 +212,9 @@ class ModelArguments(AttentionArguments):
             f"Default: {DEFAULT_VOCAB_SIZE}."
         },
     )
+
+    # Set by `recipes.apply_recipe`: the recipe has filled in the settings not given (no flag: init=False).
+    recipe_applied: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
         # A flag that would be ignored is refused: the checkpoint or the named tokenizer decides these.

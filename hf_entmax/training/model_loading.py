@@ -5,7 +5,7 @@ resolve differently for each:
 
 - **fresh** (no ``--model_name_or_path``): a model of ``--model_size``; flags not given take the config's defaults.
 - **MarianMT** checkpoint (folder or Hub id): its weights, with every softmax head turned into an α-entmax head; flags
-  not given make α learned from 1.1 (`MARIAN_START_ALPHA`), near the softmax the weights were trained with.
+  not given make α learned from 1.1 (`recipes.START_DEFAULTS`), near the softmax the weights were trained with.
 - **AdaptiveEntmaxMarian** checkpoint: flags not given keep the checkpoint's settings, and a learned α resumes from
   its values; a flag given overrides them (``--alpha_init`` restarts a learned α from that value, and a global flag
   replaces the checkpoint's per-attention-type values of the same option).
@@ -35,17 +35,11 @@ from ..modeling.configuration_adaptive_entmax_marian import (
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention, AdaptiveEntmaxMarianMTModel
 from .arguments import ATTENTION_OPTION_NAMES, SCALING_OPTION_NAMES, ModelArguments
 from .presets import preset_config_kwargs
+from .recipes import START_DEFAULTS
 
 
 logger = logging.getLogger(__name__)
 
-# A MarianMT checkpoint's heads were trained as softmax: they start as learned α-entmax heads close to it.
-MARIAN_START_ALPHA = {"alpha_init": 1.1, "learn_alpha": True}
-FRESH_MODEL_DROPOUT = 0.1  # residual and attention dropout, unless --dropout is given
-# A fresh model's heads are as sharp as softmax at the start whatever their α: without the factor, α-entmax over n
-# keys is n^(α−1) times sharper, and on long inputs a random-α start can keep cross-attention from learning to align
-# (docs/benchmarks.md#quality-at-an-equal-budget). A flag given wins, e.g. `--attention_scaling none`.
-FRESH_MODEL_ATTENTION = {"attention_scaling": "softmax_matched"}
 ATTENTION_LABELS = {kind: title.lower() for kind, title in ATTENTION_TITLES.items()}  # inside a sentence
 
 
@@ -106,10 +100,9 @@ def resolve_attention_options(start: StartingPoint, given: dict[str, object]) ->
             was learned per head without saying at which value; learning an α whose fixed value lies below
             ``alpha_min`` without saying where to start).
     """
-    if start.kind == "fresh":
-        return {**FRESH_MODEL_ATTENTION, **given}
-    if start.kind == "marian":
-        return {**MARIAN_START_ALPHA, **given}
+    if start.kind in ("fresh", "marian"):
+        defaults = START_DEFAULTS[start.kind].model
+        return {**{name: value for name, value in defaults.items() if name in ATTENTION_OPTION_NAMES}, **given}
     options = {name: getattr(start.config, name) for name in ATTENTION_OPTION_NAMES}
     for name, value in given.items():
         options[name] = value
@@ -162,7 +155,7 @@ def load_model(
             **options,
             vocab_size=len(tokenizer),
             max_position_embeddings=max(512, max_length),
-            **({"dropout": FRESH_MODEL_DROPOUT, "attention_dropout": FRESH_MODEL_DROPOUT} | dropout),
+            **({name: START_DEFAULTS["fresh"].model[name] for name in ("dropout", "attention_dropout")} | dropout),
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
             decoder_start_token_id=tokenizer.pad_token_id,

@@ -53,6 +53,7 @@ from .arguments import DataArguments, ModelArguments
 from .data import limit_samples, load_parallel_data, report_truncation
 from .metrics import sacrebleu_signatures, translation_metrics
 from .model_loading import StartingPoint, describe_alpha, describe_scaling, load_model, read_starting_point
+from .recipes import apply_recipe
 from .records import alpha_history, evaluations, plain, scale_history
 from .tokenizer import train_joint_tokenizer
 from .trainer import AdaptiveEntmaxTrainer, is_alpha_parameter
@@ -517,7 +518,13 @@ def train(model_args: ModelArguments, data_args: DataArguments, training_args: S
     The output folder loads with ``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``
     and ``pipeline("translation", model=folder, trust_remote_code=True)``, also without hf_entmax. Its model card
     (README.md) is one more call: ``hf_entmax.hub.model_card.write_training_card(training_args.output_dir)``.
+
+    The optimiser settings not given come from the recipe for where the model starts (`recipes.apply_recipe`, as
+    `hf-entmax train` applies it; from Python, a setting equal to Trainer's default counts as not given, and
+    ``model_args.recipe = "none"`` keeps Trainer's defaults), and so do the model's (`recipes.START_DEFAULTS`).
     """
+    if not model_args.recipe_applied:
+        training_args = apply_recipe(model_args, training_args)
     with claimed_output_dir(model_args, training_args) as output_dir:
         try:
             with write_failures_reported(output_dir, "--output_dir"):

@@ -12,6 +12,7 @@ from transformers import PrinterCallback, ProgressCallback, Seq2SeqTrainer, Trai
 from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 
 from ..errors import HfEntmaxError, HfEntmaxValueError
+from .recipes import TRAINER_ALPHA_LEARNING_RATE_RATIO
 
 
 logger = logging.getLogger(__name__)
@@ -93,17 +94,12 @@ def summed_loss_until(log_history: list[dict], steps: int) -> float | None:
     return total if logged_until == steps else None
 
 
-# One logit per head, with small gradients: at the model's own learning rate α hardly moves within a run of a few
-# thousand steps, so it learns at a multiple of that rate (docs/benchmarks.md compares multiples).
-DEFAULT_ALPHA_LEARNING_RATE_FACTOR = 10.0
-
-
 class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with two additions for learnable α, and resumed runs that report the whole run.
 
     - The α logits get their own optimiser group: no weight decay (it would pull every α towards 1.5)
       and their own learning rate (same schedule shape): ``alpha_learning_rate``, by default
-      ``DEFAULT_ALPHA_LEARNING_RATE_FACTOR`` × the model's; 0 freezes α.
+      `recipes.TRAINER_ALPHA_LEARNING_RATE_RATIO` × the model's; 0 freezes α.
     - Every training log carries α per head (``alpha/<type>/layer_<l>/head_<h>``), so the trainer's
       ``log_history`` and any reporter (TensorBoard, W&B, …) record the α trajectories.
     - A run resumed from a checkpoint reports ``train_loss`` over all its steps, as if it had not been interrupted
@@ -194,7 +190,7 @@ class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
     def effective_alpha_learning_rate(self) -> float:
         if self.alpha_learning_rate is not None:  # 0 is a rate (α frozen), not "use the default"
             return self.alpha_learning_rate
-        return DEFAULT_ALPHA_LEARNING_RATE_FACTOR * self.args.learning_rate
+        return TRAINER_ALPHA_LEARNING_RATE_RATIO * self.args.learning_rate
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         # Decay would pull ASEntmax's β and γ towards 0, i.e. towards no length scaling at all: like α, they keep
