@@ -16,8 +16,8 @@ from transformers import Seq2SeqTrainingArguments
 
 from hf_entmax.errors import HfEntmaxFileNotFoundError, HfEntmaxValueError
 from hf_entmax.training.arguments import DataArguments
+from hf_entmax.training.columns import check_language_pair
 from hf_entmax.training.data import (
-    check_language_pair,
     limit_samples,
     load_local_splits,
     load_parallel_data,
@@ -426,7 +426,7 @@ def test_header_naming_other_languages_is_an_error(tmp_path, header, message):
 
 def test_unnamed_header_is_read_as_a_pair_with_a_warning(tmp_path, caplog):
     path = write_tsv(tmp_path / "train.tsv", [("German text", "English text"), *PAIRS])
-    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.formats"):
         dataset = read_parallel_file(path, "de", "en")
     assert dataset["translation"] == [{"de": "German text", "en": "English text"}, *EXPECTED]
     (message,) = warnings_of(caplog)
@@ -437,7 +437,7 @@ def test_unnamed_header_is_read_as_a_pair_with_a_warning(tmp_path, caplog):
 def test_word_list_is_not_mistaken_for_a_header(tmp_path, caplog):
     # Rows of single words throughout: the first is a pair like the others, not a header.
     path = write_tsv(tmp_path / "words.tsv", [("Hund", "dog"), ("Katze", "cat"), ("Haus", "house")])
-    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.formats"):
         dataset = read_parallel_file(path, "de", "en")
     assert len(dataset) == 3
     assert warnings_of(caplog) == []
@@ -446,14 +446,14 @@ def test_word_list_is_not_mistaken_for_a_header(tmp_path, caplog):
 def test_tsv_reads_quotes_as_text_and_warns_about_csv_quoting(tmp_path, caplog):
     # Sentences opening with a quote are common in MT corpora; in a .tsv they are text, not CSV quoting.
     path = write_tsv(tmp_path / "plain.tsv", [('"Ja", sagte er.', '"Yes," he said.')])
-    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.formats"):
         assert read_parallel_file(path, "de", "en")["translation"] == [
             {"de": '"Ja", sagte er.', "en": '"Yes," he said.'}
         ]
     assert warnings_of(caplog) == []
     # A CSV writer's quoting (pandas to_csv(sep="\t")) stays in the text, so the reader says so.
     path = write_tsv(tmp_path / "quoted.tsv", [PAIRS[0], ('"""Ja"", sagte er."', '"""Yes,"" he said."')])
-    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.training.formats"):
         read_parallel_file(path, "de", "en")
     (message,) = warnings_of(caplog)
     assert message.startswith(f"{path}: 1 line(s) have CSV-quoted fields (lines 2)")
