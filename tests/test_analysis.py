@@ -10,7 +10,8 @@ from helpers import SENTENCES, tiny_model
 from transformers import MarianConfig, MarianMTModel
 
 from hf_entmax import ModelAnalysis, analyze_model
-from hf_entmax.analysis.report import findings, summarize, write_report
+from hf_entmax.analysis.findings import findings, summarize
+from hf_entmax.analysis.report import write_report
 from hf_entmax.analysis.statistics import (
     allowed_keys,
     attention_density,

@@ -9,7 +9,8 @@ import torch
 from helpers import SENTENCES, tiny_model
 
 from hf_entmax import analyze_model
-from hf_entmax.analysis.report import DEFINITIONS, LONG_INPUT_MULTIPLE, findings, model_card_section, write_report
+from hf_entmax.analysis.findings import DEFINITIONS, LONG_INPUT_MULTIPLE, findings
+from hf_entmax.analysis.report import model_card_section, write_report
 from hf_entmax.cli import main
 from hf_entmax.errors import HfEntmaxValueError
 from hf_entmax.modeling.configuration_adaptive_entmax_marian import ATTENTION_TITLES

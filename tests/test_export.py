@@ -11,7 +11,8 @@ from helpers import SAVED_FOLDER_FILES, SENTENCES, random_predictor, tiny_model
 from huggingface_hub import ModelCard
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel, analyze_model
-from hf_entmax.analysis.report import mean_sparsity, summarize, write_report
+from hf_entmax.analysis.findings import mean_sparsity, summarize
+from hf_entmax.analysis.report import write_report
 from hf_entmax.cli import main
 from hf_entmax.common.records import CONVERTED_TAG
 from hf_entmax.errors import HfEntmaxFileNotFoundError, HfEntmaxValueError

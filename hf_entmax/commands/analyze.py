@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..analysis.collect import analyze_model
+from ..analysis.findings import summarize
 from ..analysis.inputs import ANALYSABLE_MODEL_TYPES, read_sample
-from ..analysis.report import check_report_folder, summarize, summary_table, write_report
+from ..analysis.report import check_report_folder, summary_table, write_report
 from ..common.model_folder import check_model_folder
 from ..errors import HfEntmaxValueError
 from .parsing import CommandParser

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..analysis.collect import analyze_model
-from ..analysis.report import REPORT_JSON, mean_sparsity, model_card_section
+from ..analysis.findings import mean_sparsity
+from ..analysis.report import REPORT_JSON, model_card_section
 from ..common.hub_ids import check_language_code, check_repo_id
 from ..common.model_folder import check_model_folder, load_pretrained, load_tokenizer
 from ..common.records import RUN_RECORD_FILES, SUMMARY_FILE

@@ -105,7 +105,7 @@ class ModelCardInfo:
         intended_use: What the model is for; by default derived from the relation and the languages.
         framework_versions: ``{package: version}`` of the software that trained (or wrote) the model.
         mean_sparsity: Share of exact zeros in attention per attention type, if measured
-            (`hf_entmax.analysis.report.mean_sparsity`: 1 − the analysis's mean density).
+            (`hf_entmax.analysis.findings.mean_sparsity`: 1 − the analysis's mean density).
         analysis: Markdown of the card's attention analysis section (from an `hf-entmax analyze` report, see
             `hf_entmax.analysis.report.model_card_section`), if any.
         tags: Tags added to the default ones (`entmax`, `sparse-attention`, …).
