@@ -57,7 +57,7 @@ def read_parallel_file(path: PathLike, source_lang: str, target_lang: str) -> Da
     """Read sentence pairs from one file (format by suffix) or a folder written by ``Dataset.save_to_disk``.
 
     Args:
-        path: A ``.tsv``, ``.csv``, ``.json``/``.jsonl`` or ``.parquet`` file, or a saved-dataset folder (see the
+        path: A ``.tsv``, ``.csv``, ``.json``/``.jsonl`` or ``.parquet`` file, or a saved-dataset folder (see
             `hf_entmax.training.formats` for each layout); columns and keys of other languages are ignored.
         source_lang: Language code of the source side, e.g. ``"de"``.
         target_lang: Language code of the target side, e.g. ``"en"``.

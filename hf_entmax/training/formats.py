@@ -16,6 +16,9 @@ pair with a warning (short pairs such as "Danke<TAB>Thanks" look the same; a wor
 
 Every text format is decoded by `hf_entmax.common.text_files.iter_lines`, parsed by the standard library (``csv``,
 ``json``) and Parquet by pyarrow; a malformed file is one line naming the file, the 1-based line and what was expected.
+Not ``datasets.load_dataset("csv"/"json")``: it copies each file into its cache, takes the first row as a header
+always, fills a record's missing keys with nulls instead of refusing it, and reports a broken line as a row of an
+Arrow block ("JSON parse error: ... in row 2"), not as the file's line.
 The pairs come back as read, empty ones included: the checks across pairs are `hf_entmax.training.data`'s.
 """
 
@@ -226,8 +229,8 @@ def _parse_json(path: Path, source_lang: str, target_lang: str) -> Iterator[tupl
     if first is not None:
         first_line = lines[first].strip()
         single_line = not any(line.strip() for line in lines[first + 1 :])
-        # JSON lines when the first line holds a value of its own, or was meant to (it ends like one): then a broken
-        # record is reported at its own line. A document (an array or object over several lines) opens otherwise.
+        # A document (an array or object, over one line or several) unless the first line holds a value of its own,
+        # or was meant to (it ends like one): then the file is JSON lines, and a broken record is reported at its line.
         if single_line or not (_is_json(first_line) or first_line.endswith(("}", "]"))):
             yield from _parse_json_document(path, "\n".join(lines), source_lang, target_lang)
             return
@@ -235,12 +238,11 @@ def _parse_json(path: Path, source_lang: str, target_lang: str) -> Iterator[tupl
         if not line.strip():
             yield line_no, "", ""
             continue
-        where = f"{path} line {line_no}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise HfEntmaxValueError(f"{where}: invalid JSON ({error.msg} at column {error.colno})") from None
-        yield line_no, *_record_pair(record, where, source_lang, target_lang)
+            raise _invalid_json(path, line_no, error) from None
+        yield line_no, *_record_pair(record, f"{path} line {line_no}", source_lang, target_lang)
 
 
 def _parse_json_document(path: Path, text: str, source_lang: str, target_lang: str) -> Iterator[tuple[int, str, str]]:
@@ -267,15 +269,17 @@ def _parse_json_document(path: Path, text: str, source_lang: str, target_lang: s
                 if lists:
                     records = _json_members(text, lists[0][0])
         trailing = JSON_WHITESPACE.match(text, end).end()
-        if trailing < len(text):
+        if trailing < len(text):  # what json.loads would refuse after the value
             raise json.JSONDecodeError("Extra data", text, trailing)
     except json.JSONDecodeError as error:
-        raise HfEntmaxValueError(
-            f"{path} line {error.lineno}: invalid JSON ({error.msg} at column {error.colno})"
-        ) from None
+        raise _invalid_json(path, error.lineno, error) from None
     for offset, _, record in records:
         line_no = bisect_right(line_starts, offset)
         yield line_no, *_record_pair(record, f"{path} line {line_no}", source_lang, target_lang)
+
+
+def _invalid_json(path: Path, line_no: int, error: json.JSONDecodeError) -> HfEntmaxValueError:
+    return HfEntmaxValueError(f"{path} line {line_no}: invalid JSON ({error.msg} at column {error.colno})")
 
 
 def _is_json(text: str) -> bool:
