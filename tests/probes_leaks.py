@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from hf_entmax import AdaptiveEntmaxMarianMTModel
 from hf_entmax.common.outputs import OWN_ENTRIES
 from hf_entmax.hub import ModelCardInfo, export_hub_folder, push_folder
-from hf_entmax.hub.push import select_upload_files
+from hf_entmax.hub.repo_files import select_upload_files
 from hf_entmax.modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
 
 
@@ -584,7 +584,7 @@ def probe_export_under_a_file(bench):
 def probe_export_load_check_temporary_folder_full(bench):
     """export: the load check cannot write its inputs, the temporary folder is full (torch.save's error)"""
     argv = bench.export_argv()
-    with mock.patch("hf_entmax.hub.export.torch.save", side_effect=TORCH_DISK_FULL):
+    with mock.patch("hf_entmax.hub.load_check.torch.save", side_effect=TORCH_DISK_FULL):
         return cli(argv, "temporary folder", "TMPDIR")
 
 

@@ -24,7 +24,8 @@ from hf_entmax.hub import (
     render_model_card,
     write_training_card,
 )
-from hf_entmax.hub.export import folder_file, folder_path, load_check_environment
+from hf_entmax.hub.load_check import load_check_environment
+from hf_entmax.hub.repo_files import folder_file, folder_path
 from hf_entmax.modeling.sparsefinder_attention import PREDICTOR_FILE
 
 

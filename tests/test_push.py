@@ -18,7 +18,8 @@ from hf_entmax.cli import main
 from hf_entmax.common.outputs import OWN_ENTRIES
 from hf_entmax.errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError
 from hf_entmax.hub import export_hub_folder, push_folder
-from hf_entmax.hub.push import HubTransportError, looks_private, select_upload_files
+from hf_entmax.hub.push import HubTransportError
+from hf_entmax.hub.repo_files import looks_private, select_upload_files
 
 
 class FakeHfApi:

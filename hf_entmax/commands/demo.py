@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import HfEntmaxValueError, last_line
-from ..hub.export import load_check_environment
+from ..hub.load_check import load_check_environment
 from ..training import synthetic
 from .train import parse_arguments, print_summary, run_training
 

@@ -26,8 +26,9 @@ from ..common.model_folder import check_model_folder, load_pretrained, load_toke
 from ..common.records import RUN_RECORD_FILES, SUMMARY_FILE
 from ..common.text_files import read_sentences
 from ..errors import HfEntmaxFileNotFoundError
-from ..hub.export import check_export_target, export_hub_folder, folder_file
+from ..hub.export import check_export_target, export_hub_folder
 from ..hub.model_card import ModelCardInfo, check_license, read_training_summary
+from ..hub.repo_files import folder_file
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..modeling.sparsefinder_attention import PREDICTOR_FILE

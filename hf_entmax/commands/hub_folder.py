@@ -2,7 +2,8 @@
 
 import argparse
 
-from ..hub.export import check_folder_loads, is_shard_size
+from ..hub.export import is_shard_size
+from ..hub.load_check import check_folder_loads
 
 
 def add_hub_folder_arguments(parser: argparse.ArgumentParser) -> None:

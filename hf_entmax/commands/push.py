@@ -17,7 +17,8 @@ import sys
 from collections.abc import Sequence
 
 from ..common.hub_ids import check_repo_id
-from ..hub.push import push_folder, select_upload_files
+from ..hub.push import push_folder
+from ..hub.repo_files import select_upload_files
 from .parsing import CommandParser
 
 

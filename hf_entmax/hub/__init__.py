@@ -2,7 +2,8 @@
 
 from ..common.model_folder import find_pickle_files
 from .convert import ConversionReport, convert_marian
-from .export import check_folder_loads, export_hub_folder
+from .export import export_hub_folder
+from .load_check import check_folder_loads
 from .model_card import (
     ModelCardInfo,
     TranslationScores,

@@ -31,7 +31,8 @@ from ..modeling.configuration_adaptive_entmax_marian import (
     ScalingOptions,
 )
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
-from .export import CHECK_SENTENCES, check_export_target, check_shard_size, export_hub_folder
+from .export import check_export_target, check_shard_size, export_hub_folder
+from .load_check import CHECK_SENTENCES
 from .model_card import ModelCardInfo
 
 
