@@ -1,5 +1,6 @@
-"""Head analyses: statistics on hand-built attention, a head built to attend to the previous token, softmax
-models, the `analyze` command end to end (with --compare and a plain Marian model), and its input errors."""
+"""Head analyses: statistics on hand-built attention, findings on hand-made statistics, a head built to attend to the
+previous token, softmax models, the `analyze` command end to end (with --compare and a plain Marian model), and its
+input errors."""
 
 import json
 import math
@@ -10,7 +11,8 @@ from helpers import SENTENCES, tiny_model
 from transformers import MarianConfig, MarianMTModel
 
 from hf_entmax import ModelAnalysis, analyze_model
-from hf_entmax.analysis.findings import findings, summarize
+from hf_entmax.analysis.collect import AttentionTypeStatistics
+from hf_entmax.analysis.findings import comparison_findings, findings, summarize
 from hf_entmax.analysis.report import write_report
 from hf_entmax.analysis.statistics import (
     allowed_keys,
@@ -157,6 +159,47 @@ def test_a_head_built_to_attend_to_the_previous_token_is_reported_as_positional(
     ) in sentences
     summary = summarize(analysis)["encoder_self"]
     assert summary["near_sparsemax_heads"] >= 1 and summary["low_density_heads"] >= 1  # other heads: random α
+
+
+def test_findings_come_from_statistics_alone():
+    """No model: hand-made statistics of 2 layers × 2 heads, the same for every attention type."""
+    statistics = AttentionTypeStatistics(
+        alpha=torch.tensor([[1.9, 1.05], [1.5, 1.0]]),
+        density=torch.tensor([[0.3, 1.0], [0.8, 0.5]]),
+        js_divergence=torch.tensor([0.2, 0.4]),
+        previous_token_mass=torch.tensor([[0.7, 0.1], [0.2, 0.1]]),
+        next_token_mass=None,
+        same_word_mass=None,
+        top_tokens=[[[("▁a|b", 0.6)], [("x", 0.2)]], [[], [("y", 0.1)]]],
+    )
+    unchanged = [{"step": step, "encoder_self": statistics.alpha.tolist()} for step in (0, 1000)]
+    attention = dict.fromkeys(("encoder_self", "decoder_self", "cross"), statistics)
+    analysis = ModelAnalysis("made", "adaptive_entmax_marian", 4, "references", attention, alpha_history=unchanged)
+    sentences = findings(analysis)
+    where = "of 2 encoder self-attention heads in layer"
+    assert sentences[:7] == [
+        "Encoder self-attention: α from 1.00 to 1.90 (mean 1.36); a query gives a non-zero weight to 65% of the "
+        "tokens it may attend to, on average (softmax: 100%).",
+        f"1 {where} 0 is near sparsemax (α > 1.8): head 0 (α 1.90, density 30%).",
+        f"1 {where} 0 gives exact zeros to most keys (density ≤ 50%): head 0 (density 30%, α 1.90).",
+        f"1 {where} 0 is nearly dense (α < 1.1): head 1 (α 1.05).",
+        f"1 {where} 0 attends to the previous token: head 0 with 70% of its mass (α 1.90, near sparsemax).",
+        f"1 {where} 0 sends most of its attention to one token: head 0 to `▁a\\|b` (60%).",  # escaped for a table
+        f"1 {where} 1 gives exact zeros to most keys (density ≤ 50%): head 1 (density 50%, α 1.00).",
+    ]
+    assert (
+        "Encoder self-attention: head diversity (JS divergence between heads) is highest in layer 1 (0.40 bits) and "
+        "lowest in layer 0 (0.20 bits)."
+    ) in sentences
+    assert sentences[-1] == "α did not change over training (steps 0–1,000)."
+    summary = summarize(analysis)
+    counts = ("near_sparsemax_heads", "low_density_heads", "positional_heads")
+    assert [summary["cross"][name] for name in counts] == [1, 2, 1]
+    models = [{"name": "made", "summary": summary}, {"name": "again", "summary": summary}]
+    assert comparison_findings(models)[2] == (
+        "Cross-attention, density: made 65%, again 65%; head diversity (JS): made 0.30, again 0.30 bits; "
+        "positional heads: made 1, again 1."
+    )
 
 
 def tiny_marian(vocab_size: int) -> MarianMTModel:
