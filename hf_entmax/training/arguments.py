@@ -166,7 +166,10 @@ class ModelArguments(AttentionArguments):
         default="auto",
         metadata={
             "help": "Default optimiser settings for the flags you do not give: "
-            + "; ".join(f"'{name}' ({describe_recipe_settings(recipe)})" for name, recipe in RECIPES.items())
+            # argparse formats help with %: a percentage in it is written %%.
+            + "; ".join(
+                f"'{name}' ({describe_recipe_settings(recipe).replace('%', '%%')})" for name, recipe in RECIPES.items()
+            )
             + f"; or 'auto' ({START_DEFAULTS['adaptive_entmax_marian'].recipe} with --model_name_or_path, else "
             f"{START_DEFAULTS['fresh'].recipe}). One of {', '.join(RECIPE_CHOICES)}."
         },
