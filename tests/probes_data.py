@@ -353,3 +353,12 @@ def probe_train_language_code_not_a_code(bench):
     data = bench.write(bench.folder() / "pairs.tsv", "".join(f"{source}\t{target}\n" for source, target in rows))
     argv = bench.train_argv(bench.folder() / "run", "--train_file", str(data), "--source_lang", "English text")
     return cli(argv, "--source_lang", "language code")
+
+
+@probe(ITEM)
+def probe_train_json_record_with_a_lone_surrogate(bench):
+    """train --train_file: a JSON Lines record whose sentence is a lone surrogate escape ("\\ud800")"""
+    lines = [json.dumps({"en": source, "syn": target}) for source, target in generate_pairs(8, seed=3)]
+    lines.insert(3, '{"en": "broken \\ud800 text", "syn": "x"}')
+    data = bench.write(bench.folder() / "pairs.jsonl", "\n".join(lines) + "\n")
+    return cli(bench.train_argv(bench.folder() / "run", "--train_file", str(data)), "pairs.jsonl", "line 4")

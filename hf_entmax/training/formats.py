@@ -348,6 +348,9 @@ def _record_pair(record: object, where: str, source_lang: str, target_lang: str)
     for name, value in sides:
         if value is not None and not isinstance(value, str):
             raise HfEntmaxValueError(f"{where}: {name} must be a string, got {type(value).__name__}")
+        if isinstance(value, str) and any("\ud800" <= character <= "\udfff" for character in value):
+            # JSON can escape half a UTF-16 pair ("\ud800"), which is no character: no tokenizer can encode it.
+            raise HfEntmaxValueError(f"{where}: {name} holds a lone surrogate escape (\\ud800–\\udfff), not text")
     # A null is a missing sentence, skipped like an empty one (as a missing .csv cell or Parquet null).
     return sides[0][1] or "", sides[1][1] or ""
 
