@@ -35,8 +35,6 @@ ALLOWED = {
 KNOWN_CYCLES = {
     ("hf_entmax.modeling.entmax", "hf_entmax.kernels"): "hf_entmax/modeling/entmax.py imports the optional native "
     "kernel (inside try), and hf_entmax/kernels/cpu.py imports the mapping's backward from modeling/entmax.py",
-    ("hf_entmax.training.recipes", "hf_entmax.training.arguments"): "hf_entmax/training/recipes.py imports "
-    "ModelArguments for an annotation (under TYPE_CHECKING), and training/arguments.py imports the recipes",
 }
 # Modules that `import hf_entmax` must not load: training, analysis and tokenizer dependencies.
 HEAVY_MODULES = ("datasets", "sacrebleu", "matplotlib", "sentencepiece", "transformers.trainer")

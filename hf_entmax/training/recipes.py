@@ -18,15 +18,21 @@ made from these tables (`defaults_tables`).
 import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from transformers import Seq2SeqTrainingArguments
 
 from ..errors import HfEntmaxValueError
 
 
-if TYPE_CHECKING:
-    from .arguments import ModelArguments
+class RecipeChoice(Protocol):
+    """What `apply_recipe` reads and sets of `hf_entmax.training.arguments.ModelArguments` (which imports this
+    module's tables for its help: a protocol rather than an import back)."""
+
+    recipe: str
+    model_name_or_path: str | None
+    alpha_learning_rate: float | None
+    recipe_applied: bool
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,7 @@ def _plain(value: object) -> object:
 
 
 def apply_recipe(
-    model_args: "ModelArguments", training_args: Seq2SeqTrainingArguments, given: Collection[str] | None = None
+    model_args: RecipeChoice, training_args: Seq2SeqTrainingArguments, given: Collection[str] | None = None
 ) -> Seq2SeqTrainingArguments:
     """Fill in the optimiser settings not ``given`` from the recipe of ``model_args.recipe`` (``auto``: the
     starting point's), and the α learning rate at the recipe's ratio unless given; mark ``model_args`` so that the
