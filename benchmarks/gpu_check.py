@@ -250,8 +250,8 @@ def bench_attention(report: Report, device: torch.device, lengths: list[int], re
 
 
 def count_triton_calls():
-    """A counter of the model's calls into the Triton kernel (through `gpu.triton_entmax_attention`, which imports
-    `entmax_attention` from its module at each call), and the function that stops counting."""
+    """A counter of the model's calls into the Triton kernel (through `dispatch.native_entmax_attention`, which looks
+    `entmax_attention` up in its module at each call), and the function that stops counting."""
     from hf_entmax.kernels import triton_attention
 
     calls = []
@@ -340,8 +340,9 @@ def main() -> int:
             print("gpu_check: --dry-run's numbers mean nothing; it writes no tables")
             return 2
         device = torch.device("cpu")
-        dispatch.TRITON_DEVICE_TYPES = ("cpu",)  # the interpreter's tensors take the Triton route
-        modeling.native_entmax_attention = None  # and the PyTorch path is the composed one, as on a GPU
+        # The interpreter's tensors take the Triton route (instead of the native kernel's), and where it declines
+        # the composed PyTorch path, as on a GPU.
+        dispatch.TRITON_DEVICE_TYPES = ("cpu",)
         lengths, presets, repeats = [32, 64], ["tiny"], 1
     elif not torch.cuda.is_available():
         print(

@@ -1,12 +1,16 @@
 """Tests for the Python side of the native kernel: its build (cache key, flags, OpenMP fallback, failures), the one
-place that picks the implementation (`hf_entmax.kernels.dispatch`) and `describe()`. Builds are mocked where the
-test is about the Python logic; the kernel itself is tested in tests/test_kernels.py."""
+place that picks the implementation (`hf_entmax.kernels.dispatch`) and `describe()`, what the kernels share with the
+PyTorch implementation and how the flat modeling files import them. Builds are mocked where the test is about the
+Python logic; the kernel itself is tested in tests/test_kernels.py."""
 
+import importlib.util
 import logging
 import os
+import re
 import shutil
 import stat
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,7 +18,7 @@ import torch
 from hf_entmax.errors import HfEntmaxValueError
 from hf_entmax.kernels import build, cpu, describe, dispatch
 from hf_entmax.modeling import entmax as entmax_module
-from hf_entmax.modeling.entmax import entmax
+from hf_entmax.modeling.entmax import MAX_NEWTON_STEPS, NEWTON_TOLERANCE_EPS, entmax
 
 
 @pytest.fixture
@@ -202,13 +206,13 @@ def test_failed_build_warns_once_with_the_compilers_error_and_falls_back(fake_co
     install_fake_load(monkeypatch, fake, ops_loaded=False)
     scores = torch.randn(4, 10)
     with pytest.warns(UserWarning, match=r"fast CPU kernel could not be built .*'foo' was not declared"):
-        assert cpu.native_entmax(scores, 1.5, 1) is None
-    assert cpu.native_entmax(scores, 1.5, 1) is None  # no second attempt, no second warning
+        assert dispatch.native_entmax(scores, 1.5, 1) is None
+    assert dispatch.native_entmax(scores, 1.5, 1) is None  # no second attempt, no second warning
     assert len(fake.calls) == 2
     status = build.kernel_status()
     assert not status.available and "error: 'foo' was not declared" in status.error
     assert "[1/4]" not in status.error  # the compiler's error, not ninja's command line
-    monkeypatch.setattr(entmax_module, "native_entmax", cpu.native_entmax)
+    monkeypatch.setattr(entmax_module, "native_entmax", dispatch.native_entmax)
     torch.testing.assert_close(entmax(scores, 1.5).sum(-1), torch.ones(4))
 
 
@@ -217,7 +221,7 @@ def test_native_kernel_can_be_turned_off(fresh_build, monkeypatch):
     fake = FakeLoad(failures=0)
     install_fake_load(monkeypatch, fake)
     assert not build.kernel_available() and build.kernel_status().disabled
-    assert cpu.native_entmax(torch.randn(2, 5), 1.5, 1) is None
+    assert dispatch.native_entmax(torch.randn(2, 5), 1.5, 1) is None
     assert fake.calls == []
 
 
@@ -280,6 +284,72 @@ def test_first_call_of_each_route_logs_one_line(kernel_loaded, monkeypatch, capl
     first, second = (record.getMessage() for record in caplog.records)
     assert first.endswith(": native CPU kernel (CPU tensors, half precision computed in float32)")
     assert second.endswith(": PyTorch (the tensors are not on the CPU, the kernel is CPU only)")
+
+
+# ---- What the kernels share with the PyTorch implementation, and how the flat files import them ------------------
+
+
+def native_constant(name: str) -> str:
+    """The expression a constant of csrc/constants.h is defined by."""
+    header = (build.SOURCE_DIRECTORY / "constants.h").read_text(encoding="utf-8")
+    match = re.search(rf"constexpr \w+ {name} = ([^;]+);", header)
+    assert match, f"{name} is not defined in csrc/constants.h"
+    return match.group(1)
+
+
+def test_the_native_solvers_constants_are_the_pytorch_implementations_or_differ_as_stated():
+    """The C++ cannot import entmax.py's constants, so csrc/constants.h states how each of its counterparts relates
+    to them, and this checks it: the same cap on Newton's passes; a mass tolerance of 2ε, tighter than the reference's
+    on purpose (the kernel also stops where a step stalls), from which tests/test_kernels.py derives its bounds."""
+    assert int(native_constant("kMaxNewtonPasses")) == MAX_NEWTON_STEPS
+    tolerance = re.fullmatch(r"(\d+) \* std::numeric_limits<T>::epsilon\(\)", native_constant("kMassTolerance"))
+    assert tolerance and int(tolerance.group(1)) == 2 < NEWTON_TOLERANCE_EPS
+
+
+@pytest.mark.parametrize(
+    ("missing", "also_unloaded"),
+    [
+        ("hf_entmax", ("hf_entmax.kernels", "hf_entmax.kernels.dispatch")),  # a Hub folder's copy without hf_entmax
+        ("hf_entmax.kernels.dispatch", ()),  # an hf_entmax without these kernels
+    ],
+)
+def test_the_flat_entmax_file_runs_pytorch_where_hf_entmax_is_missing(monkeypatch, missing, also_unloaded):
+    """entmax.py as a model folder runs it (a copy, not the package's module): without hf_entmax, its kernel entries
+    are None and its functions run PyTorch."""
+    for name in also_unloaded:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, missing, None)  # importing it raises ModuleNotFoundError naming it
+    spec = importlib.util.spec_from_file_location("flat_entmax", entmax_module.__file__)
+    flat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(flat)
+    assert flat.native_entmax is None and flat.native_entmax_attention is None
+    torch.testing.assert_close(flat.entmax(torch.tensor([[0.0, 1.0, 5.0]]), 1.5), torch.tensor([[0.0, 0.0, 1.0]]))
+
+
+def test_an_import_error_inside_the_kernels_is_not_swallowed():
+    """Only a missing hf_entmax falls back: a module missing inside the kernels, or a name one of them no longer
+    defines, fails `import hf_entmax` instead of sending every call to the slow path unseen. Each case in a fresh
+    interpreter (both at once), since it must import hf_entmax anew."""
+    cases = {
+        "sys.modules['hf_entmax.kernels.build'] = None": "ModuleNotFoundError: import of hf_entmax.kernels.build",
+        "sys.modules['hf_entmax.kernels.build'] = types.ModuleType('hf_entmax.kernels.build')": (
+            "ImportError: cannot import name"
+        ),
+    }
+    script = (
+        "import sys, types\n{}\n"
+        "try:\n    import hf_entmax\nexcept ImportError as error:\n    print(f'{{type(error).__name__}}: {{error}}')\n"
+    )
+    runs = {
+        setup: subprocess.Popen(
+            [sys.executable, "-c", script.format(setup)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for setup in cases
+    }
+    for setup, expected in cases.items():
+        stdout, stderr = runs[setup].communicate(timeout=300)
+        assert runs[setup].returncode == 0, stderr
+        assert stdout.startswith(expected), (setup, stdout, stderr[-2000:])
 
 
 # ---- describe() -----------------------------------------------------------------------------------------------------

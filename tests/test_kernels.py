@@ -8,11 +8,11 @@ import torch
 from helpers import tiny_model
 from torch.autograd import gradcheck, gradgradcheck
 
-from hf_entmax.kernels import cpu
+from hf_entmax.kernels import cpu, dispatch
 from hf_entmax.kernels.dispatch import attention_route, describe
 from hf_entmax.modeling import entmax as entmax_module
 from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
-from hf_entmax.modeling.entmax import EntmaxFunction, entmax
+from hf_entmax.modeling.entmax import NEWTON_TOLERANCE_EPS, EntmaxFunction, entmax
 
 
 pytestmark = pytest.mark.skipif(not cpu.kernel_available(), reason="the native CPU kernel could not be built here")
@@ -66,6 +66,9 @@ def attention_scores(seed: int, dtype: torch.dtype, shape=(2, 4, 5, 33)) -> torc
 # p by (log² p ≤ 87², |dp|).
 FLOAT32_ROUNDOFF = 2.0**-24
 FLOAT64_ROUNDOFF = 2.0**-53
+# Where the PyTorch implementation stops its iteration, in units of the roundoff u = ε/2 (the kernel's 2ε = 4u is
+# `forward_bound`'s default; tests/test_kernel_build.py checks csrc/constants.h still says 2ε).
+REFERENCE_STOPPING_TOLERANCE = 2.0 * NEWTON_TOLERANCE_EPS
 FLUSHED = 1e4 * torch.finfo(torch.float32).tiny
 
 
@@ -325,7 +328,7 @@ def test_float32_kernel_on_scores_a_few_spacings_apart_at_large_magnitudes(offse
 def test_float64_kernel_on_scores_a_few_spacings_apart_at_large_magnitudes(offset):
     """As above in float64, where the shift row max + c, one double, once lost the normaliser's digits around 1e15
     (rows of NaN, or summing to 26). Two float64 computations, each within its bound (the reference stops within
-    16ε = 32u of Σp = 1), so within their sum of each other."""
+    NEWTON_TOLERANCE_EPS ε of Σp = 1), so within their sum of each other."""
     spacing = 2.0 ** (math.floor(math.log2(offset)) - 52)
     alpha = (torch.tensor([0.01, 0.25, 0.37, 0.5, 0.63, 0.75, 0.9, 1.0], dtype=torch.float64) + 1).repeat_interleave(8)
     for size in (3, 12, 64):
@@ -333,7 +336,7 @@ def test_float64_kernel_on_scores_a_few_spacings_apart_at_large_magnitudes(offse
         probs = torch.ops.hf_entmax.entmax_forward(scores, alpha[:, None])
         reference = EntmaxFunction.apply(scores, alpha[:, None], 1)
         bound = forward_bound(reference, alpha[:, None], roundoff=FLOAT64_ROUNDOFF) + forward_bound(
-            reference, alpha[:, None], roundoff=FLOAT64_ROUNDOFF, stopping_tolerance=32.0
+            reference, alpha[:, None], roundoff=FLOAT64_ROUNDOFF, stopping_tolerance=REFERENCE_STOPPING_TOLERANCE
         )
         assert_within(probs, reference, bound, f"probabilities of rows of {size}")
 
@@ -443,7 +446,7 @@ def test_fused_attention_gradcheck(beta, dropout):
 
     if dropout > 0:  # the mask drops some entries of the support and scales up the others
         weights = attention(query, key, value, alpha)[1]
-        probs = cpu.native_entmax_attention(query, key, value, alpha, mask)[1]
+        probs = cpu.entmax_attention(query, key, value, alpha, mask)[1]
         assert ((weights == 0) & (probs > 0)).any() and (weights > probs).any()
     assert gradcheck(attention, (query, key, value, alpha))
 
@@ -464,7 +467,7 @@ def test_fused_attention_second_order_gradients(beta, dropout):
 
     def attention(q, k, v, a):
         heads = [projection.transpose(1, 2) for projection in (q, k, v)]  # (batch, heads, length, head_dim), strided
-        return cpu.native_entmax_attention(*heads, a, mask, dropout, torch.Generator().manual_seed(5))
+        return cpu.entmax_attention(*heads, a, mask, dropout, torch.Generator().manual_seed(5))
 
     assert attention(*projections, alpha)[0].grad_fn.name() == "NativeEntmaxAttentionFunctionBackward"
     assert gradgradcheck(attention, (*projections, alpha))
@@ -492,7 +495,7 @@ def test_fused_attention_on_nan_infinite_and_huge_scores():
     results = []
     for queries in (special, query):
         leaves = [tensor.clone().requires_grad_() for tensor in (queries, key, value)]
-        output, weights = cpu.native_entmax_attention(*leaves, alpha, mask)
+        output, weights = cpu.entmax_attention(*leaves, alpha, mask)
         output.backward(grad_output)
         results.append((output.detach(), weights.detach(), leaves[0].grad))
     (output, weights, grad_query), (clean_output, clean_weights, clean_grad_query) = results
@@ -518,10 +521,10 @@ def test_float32_fused_attention_matches_float64_composed_attention(queries, dro
     grad_output, grad_weights = (torch.randn(2, 4, queries, size, generator=generator) for size in (8, 40))
     leaves = [tensor.clone().requires_grad_() for tensor in (query, key, value, alpha)]
     mask = padding_and_causal_mask(torch.float32, 2, queries, 40)
-    output, weights = cpu.native_entmax_attention(*leaves, mask, dropout, torch.Generator().manual_seed(3))
+    output, weights = cpu.entmax_attention(*leaves, mask, dropout, torch.Generator().manual_seed(3))
     torch.autograd.backward((output, weights), (grad_output, grad_weights))
     with torch.no_grad():  # the same probabilities, before dropout
-        probs = cpu.native_entmax_attention(query, key, value, alpha, mask)[1].double()
+        probs = cpu.entmax_attention(query, key, value, alpha, mask)[1].double()
     keep = cpu.draw_keep_mask(probs.shape, dropout, torch.Generator().manual_seed(3))
     scale = 1 / (1 - dropout)  # in float32: one rounding, as the product with it
 
@@ -577,7 +580,7 @@ def test_fused_attention_without_dropout_is_the_plain_kernel_ops():
     grad_output = torch.randn(2, 4, 6, 8, generator=generator)
     leaves = [tensor.clone().requires_grad_() for tensor in (query, key, value, alpha)]
     state = torch.get_rng_state()
-    output, weights = cpu.native_entmax_attention(*leaves, mask, dropout=0.0)
+    output, weights = cpu.entmax_attention(*leaves, mask, dropout=0.0)
     output.backward(grad_output)
     assert torch.equal(torch.get_rng_state(), state)
 
@@ -600,26 +603,26 @@ def test_fused_attention_dropout_rate_scale_and_seed():
     a seed reproduces the mask, another seed changes it."""
     generator = torch.Generator().manual_seed(1)
     query, key, value = (torch.randn(4, 8, 64, 16, generator=generator) for _ in range(3))
-    probs = cpu.native_entmax_attention(query, key, value, 1.0, None)[1]  # softmax: every entry is in the support
+    probs = cpu.entmax_attention(query, key, value, 1.0, None)[1]  # softmax: every entry is in the support
     for dropout in (0.1, 0.5):
         torch.manual_seed(0)
-        output, weights = cpu.native_entmax_attention(query, key, value, 1.0, None, dropout)
+        output, weights = cpu.entmax_attention(query, key, value, 1.0, None, dropout)
         kept = weights != 0
         sigma = (dropout * (1 - dropout) / kept.numel()) ** 0.5
         assert abs(kept.double().mean().item() - (1 - dropout)) < 6 * sigma
         assert torch.equal(weights[kept], probs[kept] * (1 / (1 - dropout)))
         assert torch.equal(output, weights @ value)
         torch.manual_seed(0)
-        assert torch.equal(cpu.native_entmax_attention(query, key, value, 1.0, None, dropout)[1], weights)
+        assert torch.equal(cpu.entmax_attention(query, key, value, 1.0, None, dropout)[1], weights)
         torch.manual_seed(1)
-        assert not torch.equal(cpu.native_entmax_attention(query, key, value, 1.0, None, dropout)[1], weights)
+        assert not torch.equal(cpu.entmax_attention(query, key, value, 1.0, None, dropout)[1], weights)
     leaves = [tensor.clone().requires_grad_() for tensor in (query, key, value)]
-    output, weights = cpu.native_entmax_attention(*leaves, 1.3, None, dropout=1.0)  # nothing kept: zeros, no NaN
+    output, weights = cpu.entmax_attention(*leaves, 1.3, None, dropout=1.0)  # nothing kept: zeros, no NaN
     output.sum().backward()
     assert output.eq(0).all() and weights.eq(0).all() and all(leaf.grad.eq(0).all() for leaf in leaves)
     for dropout in (-0.1, 1.5):
         with pytest.raises(ValueError, match=f"dropout probability has to be between 0 and 1, but got {dropout}"):
-            cpu.native_entmax_attention(query, key, value, 1.3, None, dropout)
+            cpu.entmax_attention(query, key, value, 1.3, None, dropout)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
@@ -636,7 +639,7 @@ def test_wanted_weights_with_gradients_are_in_the_outputs_graph_and_the_function
     for wanted in (False, True):
         leaves = [tensor.clone().requires_grad_() for tensor in (query, key, value, alpha)]
         torch.manual_seed(0)
-        output, weights = cpu.native_entmax_attention(*leaves, mask, dropout, weights_wanted=wanted)
+        output, weights = dispatch.native_entmax_attention(*leaves, mask, dropout, weights_wanted=wanted)
         weights.retain_grad()
         output.backward(grad_output)
         results[wanted] = output, weights, [leaf.grad for leaf in leaves]
@@ -649,7 +652,7 @@ def test_wanted_weights_with_gradients_are_in_the_outputs_graph_and_the_function
     ):
         torch.testing.assert_close(composed_grad, fused_grad, rtol=1e-5, atol=1e-6, msg=name)
     with torch.no_grad():  # nothing to record: the fused kernel, which returns the weights too
-        assert cpu.native_entmax_attention(query, key, value, alpha, mask, weights_wanted=True)[1].grad_fn is None
+        assert dispatch.native_entmax_attention(query, key, value, alpha, mask, weights_wanted=True)[1].grad_fn is None
     assert attention_route(query, key, value, mask, weights_grad=True).composed
     assert "with attention weights wanted with gradients: native CPU kernel's mapping" in describe()
 
@@ -684,17 +687,18 @@ def test_model_attention_runs_fused_in_training_and_evaluation(monkeypatch):
 def test_cuda_tensors_take_the_pytorch_implementation_and_agree_with_the_kernel():
     scores = attention_scores(seed=4, dtype=torch.float32, shape=(2, 4, 16, 64))
     alpha = torch.tensor([1.1, 1.37, 1.5, 1.9]).view(1, 4, 1, 1)
-    assert cpu.native_entmax(scores.cuda(), alpha.cuda(), 3) is None
+    assert dispatch.native_entmax(scores.cuda(), alpha.cuda(), 3) is None
     reference = EntmaxFunction.apply(scores.double(), alpha.double(), 3)
-    # The PyTorch implementation's float32 error has the kernel's terms, with its own stopping tolerance, 16ε = 32u.
+    # The PyTorch implementation's float32 error has the kernel's terms, with its own stopping tolerance.
     gpu = entmax(scores.cuda(), alpha.cuda()).cpu()
-    assert_within(gpu, reference, forward_bound(reference, alpha, stopping_tolerance=32.0), "probabilities on CUDA")
+    gpu_bound = forward_bound(reference, alpha, stopping_tolerance=REFERENCE_STOPPING_TOLERANCE)
+    assert_within(gpu, reference, gpu_bound, "probabilities on CUDA")
     assert_within(entmax(scores, alpha), reference, forward_bound(reference, alpha), "probabilities of the kernel")
 
 
 def test_kernel_is_used_for_cpu_tensors(monkeypatch):
     calls = []
-    original = cpu.native_entmax
+    original = dispatch.native_entmax
     monkeypatch.setattr(entmax_module, "native_entmax", lambda *args: calls.append(1) or original(*args))
     entmax(torch.randn(3, 8), torch.tensor(1.4))
     assert calls
@@ -787,7 +791,7 @@ def restricted_and_masked(graph: torch.Tensor, dtype: torch.dtype, seed: int):
     results = []
     for attention in (
         lambda *leaves: cpu.NativeRestrictedAttentionFunction.apply(*leaves, offsets, columns),
-        lambda *leaves: cpu.native_entmax_attention(*leaves, graph_to_mask(graph, dtype))[0],
+        lambda *leaves: cpu.entmax_attention(*leaves, graph_to_mask(graph, dtype))[0],
     ):
         leaves = [tensor.clone().requires_grad_() for tensor in inputs]
         output = attention(*leaves)
@@ -873,21 +877,26 @@ def test_float64_restricted_attention_equals_the_masked_attention_to_float64_rou
 
 
 def test_restricted_attention_gathers_only_where_it_pays():
-    """`native_restricted_attention` takes graphs that keep at most `RESTRICTED_MAX_DENSITY` of the pairs (the rule
-    docs/sparsefinder.md gives), and otherwise returns None for the caller's masked path, having only counted them."""
+    """The model's attention gathers a graph's pairs where it keeps at most `RESTRICTED_MAX_DENSITY` of them (the rule
+    docs/sparsefinder.md gives, forming no weights), and otherwise masks the others for the fused kernel, having only
+    counted them; where the kernel does not apply (mixed dtypes) neither runs."""
     generator = torch.Generator().manual_seed(0)
     query, key, value = (torch.randn(1, 2, length, 8, generator=generator) for length in (4, 20, 20))
-    pairs = int(cpu.RESTRICTED_MAX_DENSITY * 4 * 20)  # per head
+    pairs = int(dispatch.RESTRICTED_MAX_DENSITY * 4 * 20)  # per head
     sparse = torch.zeros(1, 2, 4 * 20, dtype=torch.bool)
     sparse[..., :pairs] = True  # as dense as the rule takes
     sparse = sparse[..., torch.randperm(4 * 20, generator=generator)].view(1, 2, 4, 20)
     dense = sparse.clone()
     dense[0, 0][~dense[0, 0]] = True
-    output = cpu.native_restricted_attention(query, key, value, 1.5, sparse)
-    expected = cpu.native_entmax_attention(query, key, value, 1.5, graph_to_mask(sparse, torch.float32))[0]
-    torch.testing.assert_close(output, expected)
-    assert cpu.native_restricted_attention(query, key, value, 1.5, dense) is None
-    assert cpu.native_restricted_attention(query.double(), key, value, 1.5, sparse) is None  # mixed dtypes
+    for graph, gathered in ((sparse, True), (dense, False)):
+        output, weights = dispatch.native_entmax_attention(query, key, value, 1.5, None, graph=graph)
+        expected, expected_weights = cpu.entmax_attention(query, key, value, 1.5, graph_to_mask(graph, torch.float32))
+        assert (weights is None) == gathered
+        if gathered:
+            torch.testing.assert_close(output, expected)
+        else:
+            assert torch.equal(output, expected) and torch.equal(weights, expected_weights)
+    assert dispatch.native_entmax_attention(query.double(), key, value, 1.5, None, graph=sparse) is None
     offsets, columns = cpu.graph_rows(dense, max_pairs=2 * pairs)
     assert columns is None and offsets[-1] == 2 * pairs + 4 * 20 - pairs
 
@@ -910,18 +919,9 @@ def test_model_attends_over_gathered_pairs_where_it_pays_and_masks_elsewhere(mon
     key) runs gathered, and its logits are the masked path's to 1000 ε of their size (as in
     test_model_outputs_are_the_same_with_and_without_the_kernel), and so is cached beam search; wanted weights and
     attention dropout in training take the masked path, which forms the weights."""
-    from hf_entmax.modeling import sparsefinder_attention
-
     gathered_calls = []
-    original = sparsefinder_attention.native_restricted_attention
-
-    def counted(*args):
-        output = original(*args)
-        if output is not None:
-            gathered_calls.append(1)
-        return output
-
-    monkeypatch.setattr(sparsefinder_attention, "native_restricted_attention", counted)
+    original = cpu.restricted_attention
+    monkeypatch.setattr(cpu, "restricted_attention", lambda *args: gathered_calls.append(1) or original(*args))
     model = tiny_model(attention_dropout=0.1, dropout=0.0).double().eval()
     input_ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 1], [9, 10, 1, 0, 0, 0, 0, 0]])
     batch = {
@@ -936,14 +936,15 @@ def test_model_attends_over_gathered_pairs_where_it_pays_and_masks_elsewhere(mon
         assert gathered.encoder_attentions is None
         with_weights = model(**batch, output_attentions=True)
         assert len(gathered_calls) == 4 and all(weights is not None for weights in with_weights.encoder_attentions)
-        monkeypatch.setattr(sparsefinder_attention, "native_restricted_attention", None)
+        monkeypatch.setattr(dispatch, "RESTRICTED_MAX_DENSITY", 0.0)  # gathering never pays: the masked path
         masked = model(**batch)
     bound = 1000 * FLOAT64_ROUNDOFF * masked.logits.abs().max()
     assert_within(gathered.logits, masked.logits, torch.full_like(masked.logits, bound.item()), "logits")
     torch.testing.assert_close(with_weights.logits, masked.logits, rtol=0, atol=0)
     generation = {"input_ids": input_ids, "attention_mask": batch["attention_mask"], "max_length": 8, "num_beams": 2}
     masked_tokens = model.generate(**generation)
-    monkeypatch.setattr(sparsefinder_attention, "native_restricted_attention", counted)
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu, "restricted_attention", lambda *args: gathered_calls.append(1) or original(*args))
     gathered_calls.clear()
     assert torch.equal(model.generate(**generation), masked_tokens) and gathered_calls  # cached decoding gathers too
     gathered_calls.clear()

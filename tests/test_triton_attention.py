@@ -109,8 +109,8 @@ def test_kernels_compile_for_gpus():
         problem.constants,
         NEED_GRAD=True,
         ALPHA_GRAD=True,
-        TOLERANCE=kernels.TOLERANCE_EPSILONS * torch.finfo(torch.float32).eps,
-        MAX_PASSES=kernels.MAX_NEWTON_PASSES,
+        TOLERANCE=kernels.NEWTON_TOLERANCE_EPS * torch.finfo(torch.float32).eps,
+        MAX_PASSES=kernels.MAX_NEWTON_STEPS,
         SERIES_THRESHOLD=kernels.SERIES_THRESHOLD,
         SERIES_TERMS=kernels.SERIES_TERMS,
     )

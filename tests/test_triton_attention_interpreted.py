@@ -218,11 +218,11 @@ def test_entmax_attention_checks_its_inputs(monkeypatch):
 
 @pytest.mark.slow
 def test_model_runs_on_the_triton_kernel(monkeypatch, batch):
-    """The model's attention through the Triton route (native kernel out of the way): the same loss and gradients as
-    the PyTorch operations; weights wanted (output_attentions) or attention dropout in training go to PyTorch."""
+    """The model's attention through the Triton route (CPU tensors taking it instead of the native kernel's): the same
+    loss and gradients as the PyTorch operations; weights wanted (output_attentions) or attention dropout in training
+    go to PyTorch."""
     monkeypatch.setattr(dispatch, "TRITON_DEVICE_TYPES", ("cpu",))  # the interpreter's tensors
     monkeypatch.setenv("HF_ENTMAX_TRITON", "1")
-    monkeypatch.setattr(modeling, "native_entmax_attention", None)
     calls = []
     original = kernels.entmax_attention
     monkeypatch.setattr(kernels, "entmax_attention", lambda *args: calls.append(1) or original(*args))

@@ -16,7 +16,7 @@ from transformers.models.marian.modeling_marian import shift_tokens_right
 
 from ..errors import HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
-from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianPreTrainedModel
+from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianPreTrainedModel, asentmax_scale
 from .inputs import load_analysable_model, read_alpha_history
 from .statistics import (
     allowed_keys,
@@ -40,8 +40,7 @@ TOP_TOKENS = 3
 @dataclass
 class QueryScaling:
     """ASEntmax's learned temperature of one attention type: head h of layer l multiplies a query that may attend to
-    n keys by ``offset + beta[l, h] * log(n + 1) ** gamma[l, h]`` before α-entmax (as
-    ``AdaptiveEntmaxMarianAttention.query_scale`` does).
+    n keys by ``asentmax_scale(n, beta[l, h], gamma[l, h], offset)`` before α-entmax.
 
     Attributes:
         beta, gamma: ``(layers, heads)`` β and γ of each head.
@@ -56,9 +55,8 @@ class QueryScaling:
 
     def factor(self, num_keys: torch.Tensor | int) -> torch.Tensor:
         """The factor of every head at each number of keys: ``(N,)`` or a number → ``(layers, heads, N)``."""
-        num_keys = torch.as_tensor(num_keys, dtype=torch.float64).reshape(-1)  # (N,)
-        log_keys = torch.log1p(num_keys.clamp(min=1.0))  # (N,), positive from n = 1
-        return self.offset + self.beta.double()[..., None] * log_keys.pow(self.gamma.double()[..., None])
+        num_keys = torch.as_tensor(num_keys, dtype=torch.float64).reshape(-1).clamp(min=1.0)  # (N,)
+        return asentmax_scale(num_keys, self.beta.double()[..., None], self.gamma.double()[..., None], self.offset)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -3,26 +3,16 @@
 The kernel runs Newton on each row's normaliser over the shrinking set of candidates for the support, fused into one
 loop per row, with vectorised exp/log; its backward gives the gradient w.r.t. the scores and α in one pass.
 
-`native_entmax` serves the mapping (`hf_entmax.entmax`); `native_entmax_attention` serves the model's attention,
-fused (attention dropout included) so that a training step allocates two or three attention-sized tensors instead
-of five or more. Each returns ``None`` where the kernel does not apply, as `dispatch.py` decides (which also logs the
-first use of each route and describes them), and the caller then uses the PyTorch implementation.
+`entmax` serves the mapping (`hf_entmax.entmax`); `entmax_attention` serves the model's attention, fused (attention
+dropout included) so that a training step allocates two or three attention-sized tensors instead of five or more;
+`restricted_attention` serves Sparsefinder's attention over a graph's pairs. They run where `dispatch.py`, which alone
+decides where the kernel applies (CPU tensors, dtypes, the graph's density, ...), sends a call.
 """
 
 import torch
 
+from ..modeling.entmax import entmax_backward, is_masked
 from .build import kernel_available
-from .dispatch import attention_route, mapping_route
-
-
-def _differentiable_entmax_backward(
-    probs: torch.Tensor, alpha: torch.Tensor, grad_probs: torch.Tensor, alpha_grad: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The kernel's backward (along the last dimension) as PyTorch operations that autograd records, for second-order
-    gradients: the kernel's own backward is not differentiable."""
-    from ..modeling.entmax import entmax_backward  # not at the top: that module imports this one
-
-    return entmax_backward(probs, alpha, grad_probs, probs.dim() - 1, needs_alpha=alpha_grad)
 
 
 def _kernel_scores(scores: torch.Tensor) -> torch.Tensor:
@@ -30,8 +20,7 @@ def _kernel_scores(scores: torch.Tensor) -> torch.Tensor:
     mask value (their lowest, which is not float32's) marked as −inf."""
     if scores.dtype in (torch.float32, torch.float64):
         return scores
-    masked = scores <= torch.finfo(scores.dtype).min
-    return scores.to(torch.float32).masked_fill(masked, float("-inf"))
+    return scores.to(torch.float32).masked_fill(is_masked(scores), float("-inf"))
 
 
 class NativeEntmaxFunction(torch.autograd.Function):
@@ -56,8 +45,8 @@ class NativeEntmaxFunction(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph: a backward that autograd can differentiate
             # The output, not the float32 copy of half-precision probabilities, is what autograd connects to the
             # inputs.
-            grad_scores, grad_alpha = _differentiable_entmax_backward(
-                output.to(probs.dtype), alpha, grad_probs, ctx.needs_input_grad[1]
+            grad_scores, grad_alpha = entmax_backward(
+                output.to(probs.dtype), alpha, grad_probs, probs.dim() - 1, needs_alpha=ctx.needs_input_grad[1]
             )
         else:
             grad_scores, grad_alpha = torch.ops.hf_entmax.entmax_backward(
@@ -66,15 +55,12 @@ class NativeEntmaxFunction(torch.autograd.Function):
         return grad_scores.to(grad_output.dtype), grad_alpha
 
 
-def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -> torch.Tensor | None:
-    """α-entmax by the native kernel, or ``None`` where it does not apply (`dispatch.mapping_route`; the caller then
-    uses PyTorch).
+def entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -> torch.Tensor:
+    """α-entmax by the native kernel, for the CPU tensors `dispatch.native_entmax` sends it.
 
     Same contract as `hf_entmax.entmax` (α already checked, ``dim`` normalised): masked entries are −inf or
     the dtype's lowest value, all-masked rows give zeros, half-precision scores are computed in float32.
     """
-    if not mapping_route(scores).native:
-        return None
     # Decoding calls this once per layer and token on a few hundred short rows, so the Python side is kept to a few
     # tensor operations: the kernel broadcasts α and reshapes itself.
     last = dim == scores.dim() - 1
@@ -138,7 +124,7 @@ class NativeEntmaxAttentionFunction(torch.autograd.Function):
     values' gradient in the one buffer that then takes, in turn, the gradient to the weights, to the probabilities
     and to the scores. So a step allocates two attention-sized tensors without dropout and three (and a bool mask)
     with it, and keeps the probabilities (and the mask) for the backward. The inputs are as in
-    `native_entmax_attention`, which makes the query, key and value contiguous.
+    `entmax_attention`, which makes the query, key and value contiguous.
 
     Second-order gradients (a backward with ``create_graph=True``) recompute the attention from its inputs by
     operations that autograd differentiates (`_differentiable_attention_backward`).
@@ -199,7 +185,7 @@ def _composed_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused attention's ``(output, weights)`` as operations autograd records, the same ones in the same order:
     the scores, the mask added, the kernel's probabilities (through `NativeEntmaxFunction`), dropout by the given
-    ``keep`` mask (None: none), the weights times the values. Shapes as in `native_entmax_attention`."""
+    ``keep`` mask (None: none), the weights times the values. Shapes as in `entmax_attention`."""
     scores = torch.matmul(query, key.transpose(-1, -2))  # (B, H, Lq, Lk)
     if mask is not None:
         scores = scores + mask  # as the kernel adds it
@@ -231,7 +217,7 @@ def _differentiable_attention_backward(
     return tuple(next(computed) if need else None for need in needed)
 
 
-def native_entmax_attention(
+def entmax_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -239,26 +225,23 @@ def native_entmax_attention(
     mask: torch.Tensor | None,
     dropout: float = 0.0,
     generator: torch.Generator | None = None,
-    weights_wanted: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """α-entmax attention by the native kernel, or ``None`` where it does not apply (`dispatch.attention_route`; the
-    caller then composes it).
+    composed: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """α-entmax attention by the native kernel, fused, for the tensors `dispatch.native_entmax_attention` sends it.
 
     Args:
         query: ``(batch, heads, query_len, head_dim)``, already scaled.
         key, value: ``(batch, heads, key_len, head_dim)``, in the query's dtype (float32 or float64).
         alpha: α ∈ [1, 2], a float or a tensor that broadcasts to ``(batch, heads, query_len, 1)``.
         mask: Additive mask in the query's dtype that broadcasts to ``(batch, heads, query_len, key_len)``:
-            0 keeps a key, −inf or the dtype's lowest value masks it. ``None`` masks nothing. A mask that
-            requires a gradient is left to the caller.
+            0 keeps a key, −inf or the dtype's lowest value masks it. ``None`` masks nothing. No gradient reaches it.
         dropout: Probability of dropping each attention weight, as ``nn.functional.dropout`` on the probabilities
             in training (the caller passes 0 in evaluation): dropped weights become 0, the others are divided by
             ``1 − dropout``.
         generator: Where the dropout mask is drawn from: torch's default generator when ``None``.
-        weights_wanted: Whether the caller returns the weights (``output_attentions``). Where autograd records, the
-            output is then computed from them by PyTorch products around the kernel's mapping
+        composed: Compute the output from the weights by PyTorch products around the kernel's mapping
             (`_composed_attention`), so that a gradient of the output reaches the weights (gradient-based
-            attribution); the result, dropout mask included, is that of the fused kernel.
+            attribution, where the caller returns them); the result, dropout mask included, is the fused kernel's.
 
     Returns:
         ``(output, weights)``: ``output = weights @ value`` is ``(batch, heads, query_len, head_dim)`` and ``weights``
@@ -272,14 +255,10 @@ def native_entmax_attention(
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout}")
     if not isinstance(alpha, torch.Tensor):
         alpha = torch.tensor(alpha, dtype=query.dtype)
-    recorded = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in (query, key, value, alpha))
-    route = attention_route(query, key, value, mask, weights_grad=weights_wanted and recorded)
-    if not route.native:
-        return None
-    if route.composed:
+    if composed:
         keep = draw_keep_mask((*query.shape[:-1], key.shape[-2]), dropout, generator) if dropout > 0.0 else None
         return _composed_attention(query, key, value, alpha, mask, keep, _keep_scale(dropout))
-    if recorded:
+    if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in (query, key, value, alpha)):
         # Marian's heads are strided views of its projections, which every batched product would copy again; each of
         # these is used twice. Made contiguous here, so that the tensors the function saves are its inputs, which
         # second-order gradients differentiate through.
@@ -289,11 +268,8 @@ def native_entmax_attention(
     return output, weights
 
 
-# Gathering the graph's pairs pays for graphs that keep at most this share of the pairs (docs/sparsefinder.md,
-# "Restricted attention"; benchmarks/bench_sparsefinder_speed.py): then it is faster than masking the other pairs at
-# every length measured (128–2048 keys; at 0.5 about even), while denser graphs favour the fused kernel over all pairs,
-# whose products run at the speed of dense matrix products.
-RESTRICTED_MAX_DENSITY = 0.5
+# The name benchmarks/bench_sparsefinder_speed.py still calls it by.
+native_entmax_attention = entmax_attention
 
 
 def graph_rows(graph: torch.Tensor, max_pairs: int = -1) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -319,7 +295,7 @@ class NativeRestrictedAttentionFunction(torch.autograd.Function):
     """``output = entmax(query keyᵀ on the graph's pairs) value``: α-entmax attention over the pairs of a graph only,
     each query's keys gathered (``torch.ops.hf_entmax.restricted_attention_forward``), equal to the fused attention
     with the pairs outside the graph masked. Only the probabilities of the graph's pairs are kept for the backward,
-    which visits each row's support alone. The inputs are as in `native_restricted_attention`, contiguous, with the
+    which visits each row's support alone. The inputs are as in `restricted_attention`, contiguous, with the
     graph as compressed rows (`graph_rows`).
 
     Second-order gradients (a backward with ``create_graph=True``) recompute the attention densely, the pairs outside
@@ -347,30 +323,29 @@ class NativeRestrictedAttentionFunction(torch.autograd.Function):
         return grad_query, grad_key, grad_value, grad_alpha, None, None
 
 
-def native_restricted_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, alpha: torch.Tensor | float, graph: torch.Tensor
-) -> torch.Tensor | None:
-    """α-entmax attention over the pairs of ``graph`` only, gathered, by the native kernel; or ``None`` where the
-    kernel does not apply (`dispatch.attention_route`) or gathering does not pay (a graph that keeps more than
-    `RESTRICTED_MAX_DENSITY` of the pairs). The caller then masks the pairs outside the graph and runs the full
-    attention, which gives the same output up to rounding.
+def restricted_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    alpha: torch.Tensor | float,
+    offsets: torch.Tensor,
+    columns: torch.Tensor,
+) -> torch.Tensor:
+    """α-entmax attention over the pairs of a graph only, each query's keys gathered, by the native kernel, for the
+    tensors `dispatch.native_entmax_attention` sends it. Equal to the fused attention with the pairs outside the graph
+    masked, up to rounding.
 
     Args:
         query: ``(batch, heads, query_len, head_dim)``, already scaled.
         key, value: ``(batch, heads, key_len, head_dim)``, in the query's dtype (float32 or float64).
         alpha: α ∈ [1, 2], a float or a tensor that broadcasts to ``(batch, heads, query_len, 1)``.
-        graph: ``(batch, heads, query_len, key_len)`` bool: the pairs attended over. A query without pairs gets
-            zeros, as a fully masked query of the full attention.
+        offsets, columns: The ``(batch, heads, query_len, key_len)`` graph of the pairs attended over, as compressed
+            rows (`graph_rows`). A query without pairs gets zeros, as a fully masked query of the full attention.
 
     Returns:
         ``output = probs @ value``, ``(batch, heads, query_len, head_dim)``, where ``probs`` is α-entmax over each
         query's pairs and 0 elsewhere; gradients flow to the query, key, value and a tensor α. No dropout.
     """
-    if not attention_route(query, key, value, None).native:
-        return None
-    offsets, columns = graph_rows(graph, int(RESTRICTED_MAX_DENSITY * graph.numel()))
-    if columns is None:
-        return None
     if not isinstance(alpha, torch.Tensor):
         alpha = torch.tensor(alpha, dtype=query.dtype)
     query, key, value = (tensor.contiguous() for tensor in (query, key, value))
@@ -380,15 +355,14 @@ def native_restricted_attention(
 
 
 __all__ = [
-    "RESTRICTED_MAX_DENSITY",
     "NativeEntmaxAttentionFunction",
     "NativeEntmaxFunction",
     "NativeRestrictedAttentionFunction",
     "draw_keep_mask",
+    "entmax",
+    "entmax_attention",
     "graph_rows",
     "kernel_available",
-    "native_entmax",
-    "native_entmax_attention",
-    "native_restricted_attention",
+    "restricted_attention",
     "rows_mask",
 ]

@@ -1,24 +1,33 @@
 """Which implementation runs α-entmax, decided here alone, and made visible.
 
-Two paths go through the native kernel: the mapping (`hf_entmax.entmax`, `entmax15`, `sparsemax`, through
-`cpu.native_entmax`) and the model's attention (through `cpu.native_entmax_attention`, fused). On CUDA tensors the
-model's attention can run the Triton kernel instead (through `gpu.triton_entmax_attention`), opt-in with
-``HF_ENTMAX_TRITON=1`` until it has been measured on a GPU. For each call, `mapping_route`, `attention_route` or
-`triton_attention_route` gives a `Route`: the implementation that runs and why. The first call that takes a route logs
-it once (logger ``"hf_entmax"``, level INFO), and `describe` sums up the routes of this machine.
+The flat modeling files (`hf_entmax/modeling/`) call two entries, ``native_*`` for hf_entmax's own kernels as opposed
+to their PyTorch operations, which they run where an entry returns ``None`` (and where hf_entmax is not installed):
 
-The functions are called once per layer and token while decoding, so they are a few attribute checks returning
-routes made once, here.
+- `native_entmax`, for the mapping (`hf_entmax.entmax`, `entmax15`, `sparsemax`): the native CPU kernel
+  (`cpu.entmax`) where `mapping_route` says so;
+- `native_entmax_attention`, for the model's attention: Sparsefinder's pairs gathered by the native kernel where the
+  graph is sparse enough to pay (`RESTRICTED_MAX_DENSITY`, `cpu.restricted_attention`); on CUDA tensors the Triton
+  kernel, opt-in with ``HF_ENTMAX_TRITON=1`` until it has been measured on a GPU (`triton_attention_route`,
+  `triton_attention.entmax_attention`); on CPU tensors the fused native kernel (`attention_route`,
+  `cpu.entmax_attention`).
+
+Each route is a `Route`: the implementation that runs and why. The first call that takes a route logs it once
+(logger ``"hf_entmax"``, level INFO), and `describe` sums up the routes of this machine.
+
+The entries are called once per layer and token while decoding, so the routes are a few attribute checks returning
+objects made once, here.
 """
 
 import functools
 import logging
 import os
 import platform
+from types import ModuleType
 
 import torch
 
-from . import build
+from ..modeling.sparsefinder_attention import PredictedSparsity
+from . import build, cpu
 from .build import kernel_status
 
 
@@ -143,7 +152,7 @@ def attention_route(
     mask: torch.Tensor | None = None,
     weights_grad: bool = False,
 ) -> Route:
-    """The route of the model's attention on these tensors (as `cpu.native_entmax_attention` takes them): the fused
+    """The route of the model's attention on these tensors (as `cpu.entmax_attention` takes them): the fused
     native kernel for non-empty float32/float64 CPU tensors of one dtype and a mask without gradient, outside
     ``torch.compile``, where the kernel is loaded; there, with ``weights_grad`` (the caller wants the attention weights
     and autograd records), the kernel's mapping with the products as PyTorch operations, so that the weights are part
@@ -202,13 +211,9 @@ class _TritonRoutes:
             PYTORCH,
             "the attention weights are wanted (output_attentions), which the Triton kernel never forms",
         )
-        self.head_dim = Route(
-            ATTENTION, PYTORCH, "a head dimension above 256, which the Triton kernel's tiles do not hold"
-        )
 
 
 _TRITON_ROUTES = _TritonRoutes()
-_TRITON_MAX_HEAD_DIM = 256  # as triton_attention.MAX_HEAD_DIM, which imports triton
 
 
 @functools.cache
@@ -223,6 +228,19 @@ def _triton_import_route() -> Route:
         )
         return Route(ATTENTION, PYTORCH, message)
     return _TRITON_ROUTES.triton
+
+
+def _triton_kernel() -> ModuleType:
+    """The Triton kernel's module, imported where its route needs it (it imports triton)."""
+    from . import triton_attention
+
+    return triton_attention
+
+
+@functools.cache
+def _triton_head_dim_route() -> Route:
+    limit = _triton_kernel().MAX_HEAD_DIM
+    return Route(ATTENTION, PYTORCH, f"a head dimension above {limit}, which the Triton kernel's tiles do not hold")
 
 
 def _triton_switch_route() -> Route:
@@ -242,11 +260,11 @@ def triton_attention_route(
     weights_wanted: bool = False,
 ) -> Route:
     """The route of the model's attention on tensors of a device the Triton kernel is for (CUDA), as
-    `gpu.triton_entmax_attention` takes them: the Triton kernel where ``HF_ENTMAX_TRITON=1``, triton imports, the
-    tensors are non-empty float16/bfloat16/float32 tensors of one dtype with a head dimension up to 256, the mask needs
-    no gradient, there is no attention dropout (``dropout`` is the probability in effect: 0 in evaluation) and the
-    caller does not want the attention weights; outside ``torch.compile``. Elsewhere the model composes the attention
-    of PyTorch operations."""
+    `triton_attention.entmax_attention` takes them: the Triton kernel where ``HF_ENTMAX_TRITON=1``, triton imports, the
+    tensors are non-empty float16/bfloat16/float32 tensors of one dtype with a head dimension up to the kernel's
+    `MAX_HEAD_DIM`, the mask needs no gradient, there is no attention dropout (``dropout`` is the probability in
+    effect: 0 in evaluation) and the caller does not want the attention weights; outside ``torch.compile``. Elsewhere
+    the model composes the attention of PyTorch operations."""
     routes = _TRITON_ROUTES
     if torch.compiler.is_compiling():
         return _ATTENTION_ROUTES.compiling
@@ -268,13 +286,112 @@ def triton_attention_route(
         route = routes.dropout
     elif weights_wanted:
         route = routes.weights
-    elif query.shape[-1] > _TRITON_MAX_HEAD_DIM:
-        route = routes.head_dim
+    elif query.shape[-1] > _triton_kernel().MAX_HEAD_DIM:
+        route = _triton_head_dim_route()
     elif query.numel() == 0 or key.numel() == 0:
         route = _ATTENTION_ROUTES.empty
     else:
         route = switch
     return route if route.announced else _announce(route)
+
+
+# Gathering the graph's pairs pays for graphs that keep at most this share of the pairs (docs/sparsefinder.md,
+# "Restricted attention"; benchmarks/bench_sparsefinder_speed.py): then it is faster than masking the other pairs at
+# every length measured (128–2048 keys; at 0.5 about even), while denser graphs favour the fused kernel over all pairs,
+# whose products run at the speed of dense matrix products.
+RESTRICTED_MAX_DENSITY = 0.5
+
+
+def native_entmax(scores: torch.Tensor, alpha: torch.Tensor | float, dim: int) -> torch.Tensor | None:
+    """α-entmax by the native kernel where `mapping_route` says so, else ``None`` (the caller runs PyTorch). Same
+    contract as `hf_entmax.entmax`, with α already checked and ``dim`` normalised."""
+    if not mapping_route(scores).native:
+        return None
+    return cpu.entmax(scores, alpha, dim)
+
+
+def native_entmax_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    alpha: torch.Tensor | float,
+    mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    weights_wanted: bool = False,
+    graph: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The model's α-entmax attention by whichever of hf_entmax's kernels applies, or ``None`` where none does (the
+    caller then composes it of PyTorch operations, with the pairs outside ``graph`` masked). Outside
+    ``torch.compile``, in this order:
+
+    1. with Sparsefinder's ``graph``, no dropout and no weights wanted: its pairs only, gathered by the native kernel
+       where `attention_route` allows the kernel and the graph keeps at most `RESTRICTED_MAX_DENSITY` of the pairs;
+       otherwise the pairs outside the graph are masked for the kernels below;
+    2. on tensors of a Triton device type (CUDA): the Triton kernel where `triton_attention_route` says so;
+    3. on others: the fused native kernel where `attention_route` says so (with ``weights_wanted`` where autograd
+       records, its mapping with PyTorch products, so that a gradient of the output reaches the weights).
+
+    Args:
+        query: ``(batch, heads, query_len, head_dim)``, already scaled, in the scores' dtype (float32 for a
+            half-precision model: the Triton kernel takes it back to the value's dtype).
+        key, value: ``(batch, heads, key_len, head_dim)``.
+        alpha: α ∈ [1, 2], a float or one per head (``(1, heads, 1, 1)``).
+        mask: Additive mask in the query's dtype that broadcasts to ``(batch, heads, query_len, key_len)``: 0 keeps a
+            key, −inf or the dtype's lowest value masks it. ``None`` masks nothing.
+        dropout: The attention dropout probability in effect (0 in evaluation).
+        weights_wanted: Whether the caller returns the attention weights (``output_attentions``).
+        graph: Sparsefinder's ``(batch, heads, query_len, key_len)`` bool graph of the pairs attended over (a subset of
+            those the mask keeps), or ``None``.
+
+    Returns:
+        ``(output, weights)`` with ``output`` ``(batch, heads, query_len, head_dim)`` and ``weights`` the
+        ``(batch, heads, query_len, key_len)`` probabilities after dropout, or ``None`` from the kernels that never
+        form them (gathered pairs, Triton); or ``None``.
+    """
+    if torch.compiler.is_compiling():
+        return None  # traced code composes the attention: it does not trace into the kernels
+    if graph is not None and dropout == 0.0 and not weights_wanted:
+        output = _gathered_attention(query, key, value, alpha, graph)
+        if output is not None:
+            return output, None
+    scores_dtype = query.dtype
+    if query.device.type in TRITON_DEVICE_TYPES:
+        query = query.to(value.dtype)  # the kernel takes q, k and v in one dtype
+        if not triton_attention_route(query, key, value, mask, dropout, weights_wanted).triton:
+            return None
+        mask = _graph_mask(graph, mask, scores_dtype)
+        return _triton_kernel().entmax_attention(query, key, value, alpha, mask), None
+    recorded = torch.is_grad_enabled() and (
+        query.requires_grad
+        or key.requires_grad
+        or value.requires_grad
+        or (isinstance(alpha, torch.Tensor) and alpha.requires_grad)
+    )
+    route = attention_route(query, key, value, mask, weights_grad=weights_wanted and recorded)
+    if not route.native:
+        return None
+    mask = _graph_mask(graph, mask, scores_dtype)
+    return cpu.entmax_attention(query, key, value, alpha, mask, dropout, composed=route.composed)
+
+
+def _gathered_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, alpha: torch.Tensor | float, graph: torch.Tensor
+) -> torch.Tensor | None:
+    """Attention over the graph's pairs only, gathered by the native kernel, or ``None`` where the kernel does not
+    apply (`attention_route`) or gathering does not pay (a graph that keeps more than `RESTRICTED_MAX_DENSITY` of the
+    pairs)."""
+    if not attention_route(query, key, value, None).native:
+        return None
+    offsets, columns = cpu.graph_rows(graph, int(RESTRICTED_MAX_DENSITY * graph.numel()))
+    if columns is None:
+        return None
+    return cpu.restricted_attention(query, key, value, alpha, offsets, columns)
+
+
+def _graph_mask(graph: torch.Tensor | None, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    # Made only for a kernel that runs: the graph's mask has the mask's device and need of a gradient, and the
+    # scores' dtype, so the routes above are asked with the mask itself.
+    return mask if graph is None else PredictedSparsity.graph_mask(graph, mask, dtype)
 
 
 def describe() -> str:

@@ -24,23 +24,18 @@ Scores and every per-row quantity are float32 (float64 for float64 inputs); floa
 products as they are, and p, g and the gradient to the scores are rounded to the inputs' dtype for the products with
 v, dO, q and k, as FlashAttention does.
 
-Importing this module imports triton. The model reaches it only through `hf_entmax.kernels.gpu`, for CUDA tensors and
-with ``HF_ENTMAX_TRITON=1``; with ``TRITON_INTERPRET=1`` set before triton is imported, Triton's interpreter runs the
-same kernels on CPU tensors (``tests/test_triton_attention_interpreted.py``).
+Importing this module imports triton. The model reaches it only through `hf_entmax.kernels.dispatch`, for CUDA tensors
+and with ``HF_ENTMAX_TRITON=1``; with ``TRITON_INTERPRET=1`` set before triton is imported, Triton's interpreter runs
+the same kernels on CPU tensors (``tests/test_triton_attention_interpreted.py``).
 """
 
 import torch
 import triton
 import triton.language as tl
 
+from ..modeling.entmax import MAX_NEWTON_STEPS, NEWTON_TOLERANCE_EPS, SERIES_TERMS, SERIES_THRESHOLD, mask_floor
 
-# As in hf_entmax/modeling/entmax.py (docs/kernel.md, "Constants"): the Newton passes' safety net (converged rows stop
-# long before), the stopping tolerance on |Σp − 1| in units of the compute dtype's epsilon, and where the α-gradient
-# switches from its closed form to its series (|p^β − 1| < 0.1, 10 terms).
-MAX_NEWTON_PASSES = 50
-TOLERANCE_EPSILONS = 16
-SERIES_THRESHOLD = 0.1
-SERIES_TERMS = 10
+
 # The largest head dimension the kernels take: a block of queries, keys and values stays in registers.
 MAX_HEAD_DIM = 256
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -103,6 +98,21 @@ def _raw_log_probs(shifted, beta):
 
 
 @triton.jit
+def _tile_probs(scores, row_max, normaliser, log_mass, beta):
+    """p and log p of a tile, from its rows' largest score m, normaliser c and log M (the mass at c, divided out)."""
+    log_probs = _raw_log_probs(scores - row_max[:, None] - normaliser[:, None], beta) - log_mass[:, None]
+    return tl.exp(log_probs), log_probs
+
+
+@triton.jit
+def _support_weights(probs, log_probs, beta):
+    """g = p^(2 − α), the diagonal of entmax's Jacobian, and log p, both on the support (0 elsewhere)."""
+    on_support = probs > 0.0
+    support_log_probs = tl.where(on_support, log_probs, 0.0)
+    return tl.where(on_support, tl.exp((1.0 - beta) * support_log_probs), 0.0), support_log_probs
+
+
+@triton.jit
 def _dot(a, b, acc, UPCAST: tl.constexpr):
     """``acc + a b`` in full precision (no TF32 for float32 operands); UPCAST: the interpreter's bfloat16."""
     if UPCAST:
@@ -111,31 +121,45 @@ def _dot(a, b, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _scores(
-    q,
-    k,
-    mask_base,
-    rows,
-    columns,
-    query_len,
-    key_len,
-    causal_offset,
-    stride_mask_q,
-    stride_mask_k,
-    HAS_MASK: tl.constexpr,
-    MASK_FLOOR: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    COMPUTE: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
+def _load_block(matrix, index, dims, head_dim):
+    """The rows ``index`` (BLOCK,) of one (batch, head)'s (length, head_dim) matrix, given as ``(pointer, length, row
+    stride, column stride)``: a (BLOCK, BLOCK_D) tile, zeros past its ends."""
+    pointer, length, stride_row, stride_column = matrix
+    return tl.load(
+        pointer + index[:, None] * stride_row + dims[None, :] * stride_column,
+        mask=(index[:, None] < length) & (dims[None, :] < head_dim),
+        other=0.0,
+    )
+
+
+@triton.jit
+def _store_block(matrix, index, dims, head_dim, block):
+    """Store ``block`` (BLOCK, BLOCK_D) at the rows ``index`` of a matrix given as for `_load_block`."""
+    pointer, length, stride_row, stride_column = matrix
+    tl.store(
+        pointer + index[:, None] * stride_row + dims[None, :] * stride_column,
+        block.to(pointer.dtype.element_ty),
+        mask=(index[:, None] < length) & (dims[None, :] < head_dim),
+    )
+
+
+@triton.jit
+def _scores(q, k, rows, columns, mask, shape, SWITCHES: tl.constexpr, COMPUTE: tl.constexpr):
     """The scores of a tile, ``q kᵀ + mask`` (BLOCK_M, BLOCK_N) in the compute dtype, −inf where a key is masked:
-    by the additive mask (entries ≤ MASK_FLOOR, the mask dtype's lowest value, as the PyTorch path), by causality
-    (key j is visible to query i when j ≤ i + Lk − Lq), or outside the matrix."""
+    by the additive mask (entries at or below MASK_FLOOR, the mask dtype's `entmax.mask_floor`, as on every path), by
+    causality (key j is visible to query i when j ≤ i + Lk − Lq), or outside the matrix.
+
+    ``mask`` is ``(pointer, row stride, column stride)`` of this (batch, head)'s mask, ``shape`` ``(query_len,
+    key_len, causal_offset)``, ``SWITCHES`` ``(HAS_MASK, MASK_FLOOR, IS_CAUSAL, UPCAST)`` (a constexpr tuple cannot
+    hold the dtype ``COMPUTE``)."""
+    HAS_MASK, MASK_FLOOR, IS_CAUSAL, UPCAST = SWITCHES
+    query_len, key_len, causal_offset = shape
     scores = _dot(q, tl.trans(k), tl.full((q.shape[0], k.shape[0]), 0.0, COMPUTE), UPCAST)
     visible = (rows[:, None] < query_len) & (columns[None, :] < key_len)
     if HAS_MASK:
+        mask_pointer, stride_mask_q, stride_mask_k = mask
         additive = tl.load(
-            mask_base + rows[:, None] * stride_mask_q + columns[None, :] * stride_mask_k, mask=visible, other=0.0
+            mask_pointer + rows[:, None] * stride_mask_q + columns[None, :] * stride_mask_k, mask=visible, other=0.0
         ).to(COMPUTE)
         visible = visible & (additive > MASK_FLOOR)
         scores = scores + additive
@@ -222,15 +246,12 @@ def _entmax_attention_forward(
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offsets_n = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    in_dims = dims < head_dim
-    q = tl.load(
-        Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qm + dims[None, :] * stride_qd,
-        mask=(rows[:, None] < query_len) & in_dims[None, :],
-        other=0.0,
-    )
-    k_base = K + batch * stride_kb + head * stride_kh
-    v_base = V + batch * stride_vb + head * stride_vh
-    mask_base = Mask + batch * stride_mask_b + head * stride_mask_h
+    keys = (K + batch * stride_kb + head * stride_kh, key_len, stride_kn, stride_kd)
+    values = (V + batch * stride_vb + head * stride_vh, key_len, stride_vn, stride_vd)
+    mask = (Mask + batch * stride_mask_b + head * stride_mask_h, stride_mask_q, stride_mask_k)
+    shape = (query_len, key_len, causal_offset)
+    switches: tl.constexpr = (HAS_MASK, MASK_FLOOR, IS_CAUSAL, UPCAST)
+    q = _load_block((Q + batch * stride_qb + head * stride_qh, query_len, stride_qm, stride_qd), rows, dims, head_dim)
     beta = tl.load(Alpha + head).to(COMPUTE) - 1.0
     # Causal: the block's last query sees keys up to its index + Lk − Lq; later key blocks are never visited.
     key_end = key_len
@@ -242,15 +263,8 @@ def _entmax_attention_forward(
     row_max = tl.full((BLOCK_M,), float("-inf"), COMPUTE)
     for start_n in range(0, key_end, BLOCK_N):
         columns = start_n + offsets_n
-        k = tl.load(
-            k_base + columns[:, None] * stride_kn + dims[None, :] * stride_kd,
-            mask=(columns[:, None] < key_len) & in_dims[None, :],
-            other=0.0,
-        )
-        scores = _scores(
-            q, k, mask_base, rows, columns, query_len, key_len, causal_offset, stride_mask_q, stride_mask_k,
-            HAS_MASK, MASK_FLOOR, IS_CAUSAL, COMPUTE, UPCAST,
-        )  # fmt: skip
+        k = _load_block(keys, columns, dims, head_dim)
+        scores = _scores(q, k, rows, columns, mask, shape, switches, COMPUTE)
         row_max = tl.maximum(row_max, tl.max(scores, axis=1))
     # A row whose keys are all masked (or past Lq) has no support: its normaliser +inf makes every p of it 0, here and
     # in the backward, and keeps it out of the blocks' smallest normaliser.
@@ -270,15 +284,8 @@ def _entmax_attention_forward(
             tile_max = tl.load(tile_max_base + start_n // BLOCK_N)  # +inf until the first pass records it
             if _tile_is_live(tile_max, normaliser_floor, beta):
                 columns = start_n + offsets_n
-                k = tl.load(
-                    k_base + columns[:, None] * stride_kn + dims[None, :] * stride_kd,
-                    mask=(columns[:, None] < key_len) & in_dims[None, :],
-                    other=0.0,
-                )
-                scores = _scores(
-                    q, k, mask_base, rows, columns, query_len, key_len, causal_offset, stride_mask_q, stride_mask_k,
-                    HAS_MASK, MASK_FLOOR, IS_CAUSAL, COMPUTE, UPCAST,
-                )  # fmt: skip
+                k = _load_block(keys, columns, dims, head_dim)
+                scores = _scores(q, k, rows, columns, mask, shape, switches, COMPUTE)
                 above_max = scores - row_max[:, None]  # s − m ≤ 0
                 if passes == 0:
                     tl.store(tile_max_base + start_n // BLOCK_N, tl.max(tl.max(above_max, axis=1), axis=0))
@@ -314,56 +321,38 @@ def _entmax_attention_forward(
         tile_max = tl.load(tile_max_base + start_n // BLOCK_N)
         if _tile_is_live(tile_max, normaliser_floor, beta):
             columns = start_n + offsets_n
-            in_keys = (columns[:, None] < key_len) & in_dims[None, :]
-            k = tl.load(k_base + columns[:, None] * stride_kn + dims[None, :] * stride_kd, mask=in_keys, other=0.0)
-            v = tl.load(v_base + columns[:, None] * stride_vn + dims[None, :] * stride_vd, mask=in_keys, other=0.0)
-            scores = _scores(
-                q, k, mask_base, rows, columns, query_len, key_len, causal_offset, stride_mask_q, stride_mask_k,
-                HAS_MASK, MASK_FLOOR, IS_CAUSAL, COMPUTE, UPCAST,
-            )  # fmt: skip
-            log_probs = _raw_log_probs(scores - row_max[:, None] - normaliser[:, None], beta) - log_mass[:, None]
-            probs = tl.exp(log_probs)
+            k = _load_block(keys, columns, dims, head_dim)
+            v = _load_block(values, columns, dims, head_dim)
+            scores = _scores(q, k, rows, columns, mask, shape, switches, COMPUTE)
+            probs, log_probs = _tile_probs(scores, row_max, normaliser, log_mass, beta)
             output = _dot(probs.to(v.dtype), v, output, UPCAST)
             if NEED_GRAD:
-                on_support = probs > 0.0
-                safe_log_probs = tl.where(on_support, log_probs, 0.0)
-                weights = tl.where(on_support, tl.exp((1.0 - beta) * safe_log_probs), 0.0)  # g = p^(2 − α)
+                weights, support_log_probs = _support_weights(probs, log_probs, beta)
                 grad_weighted_values = _dot(weights.to(v.dtype), v, grad_weighted_values, UPCAST)
                 grad_weight_sums += tl.sum(weights, axis=1)
                 if ALPHA_GRAD:
-                    sensitivity = _alpha_sensitivity(safe_log_probs, beta, SERIES_THRESHOLD, SERIES_TERMS)
-                    probs_sensitivity = tl.where(on_support, probs * sensitivity, 0.0)  # p D
+                    sensitivity = _alpha_sensitivity(support_log_probs, beta, SERIES_THRESHOLD, SERIES_TERMS)
+                    probs_sensitivity = tl.where(probs > 0.0, probs * sensitivity, 0.0)  # p D
                     alpha_weighted_values = _dot(probs_sensitivity.to(v.dtype), v, alpha_weighted_values, UPCAST)
                     alpha_weight_sums += tl.sum(probs_sensitivity, axis=1)
 
     in_rows = rows < query_len
-    out_mask = in_rows[:, None] & in_dims[None, :]
-    tl.store(
-        Out + batch * stride_ob + head * stride_oh + rows[:, None] * stride_om + dims[None, :] * stride_od,
-        output.to(Out.dtype.element_ty),
-        mask=out_mask,
+    _store_block(
+        (Out + batch * stride_ob + head * stride_oh, query_len, stride_om, stride_od), rows, dims, head_dim, output
     )
     row_offset = batch_head * query_len
     tl.store(RowMax + row_offset + rows, row_max, mask=in_rows)
     tl.store(Normaliser + row_offset + rows, normaliser, mask=in_rows)
     tl.store(LogMass + row_offset + rows, log_mass, mask=in_rows)
     if NEED_GRAD:
-        value_offsets = (row_offset + rows[:, None]) * head_dim + dims[None, :]  # contiguous (B, H, Lq, D)
-        tl.store(GradWeightedValues + value_offsets, grad_weighted_values, mask=out_mask)
+        # Contiguous (B, H, Lq, D), addressed once for both: addressed twice (`_store_block`), they spill registers.
+        value_offsets = (row_offset + rows[:, None]) * head_dim + dims[None, :]
+        in_values = in_rows[:, None] & (dims[None, :] < head_dim)
+        tl.store(GradWeightedValues + value_offsets, grad_weighted_values, mask=in_values)
         tl.store(GradWeightSums + row_offset + rows, grad_weight_sums, mask=in_rows)
         if ALPHA_GRAD:
-            tl.store(AlphaWeightedValues + value_offsets, alpha_weighted_values, mask=out_mask)
+            tl.store(AlphaWeightedValues + value_offsets, alpha_weighted_values, mask=in_values)
             tl.store(AlphaWeightSums + row_offset + rows, alpha_weight_sums, mask=in_rows)
-
-
-@triton.jit
-def _probs_and_weights(scores, row_max, normaliser, log_mass, beta):
-    """p and g = p^(2 − α) of a tile, recomputed from the row statistics the forward stored."""
-    log_probs = _raw_log_probs(scores - row_max[:, None] - normaliser[:, None], beta) - log_mass[:, None]
-    probs = tl.exp(log_probs)
-    on_support = probs > 0.0
-    weights = tl.where(on_support, tl.exp((1.0 - beta) * tl.where(on_support, log_probs, 0.0)), 0.0)
-    return probs, weights
 
 
 @triton.jit
@@ -426,21 +415,13 @@ def _entmax_attention_backward_key_value(
     columns = block_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offsets_m = tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    in_dims = dims < head_dim
-    in_keys = (columns[:, None] < key_len) & in_dims[None, :]
-    k = tl.load(
-        K + batch * stride_kb + head * stride_kh + columns[:, None] * stride_kn + dims[None, :] * stride_kd,
-        mask=in_keys,
-        other=0.0,
-    )
-    v = tl.load(
-        V + batch * stride_vb + head * stride_vh + columns[:, None] * stride_vn + dims[None, :] * stride_vd,
-        mask=in_keys,
-        other=0.0,
-    )
-    q_base = Q + batch * stride_qb + head * stride_qh
-    grad_out_base = GradOut + batch * stride_gb + head * stride_gh
-    mask_base = Mask + batch * stride_mask_b + head * stride_mask_h
+    queries = (Q + batch * stride_qb + head * stride_qh, query_len, stride_qm, stride_qd)
+    grad_outputs = (GradOut + batch * stride_gb + head * stride_gh, query_len, stride_gm, stride_gd)
+    mask = (Mask + batch * stride_mask_b + head * stride_mask_h, stride_mask_q, stride_mask_k)
+    shape = (query_len, key_len, causal_offset)
+    switches: tl.constexpr = (HAS_MASK, MASK_FLOOR, IS_CAUSAL, UPCAST)
+    k = _load_block((K + batch * stride_kb + head * stride_kh, key_len, stride_kn, stride_kd), columns, dims, head_dim)
+    v = _load_block((V + batch * stride_vb + head * stride_vh, key_len, stride_vn, stride_vd), columns, dims, head_dim)
     row_offset = batch_head * query_len
     beta = tl.load(Alpha + head).to(COMPUTE) - 1.0
     # Causal: query i sees key j when i ≥ j − (Lk − Lq); earlier query blocks see none of these keys.
@@ -454,30 +435,24 @@ def _entmax_attention_backward_key_value(
         normaliser = _load_rows(Normaliser + row_offset, rows, query_len, float("inf"))
         tile_max = tl.load(TileMax + (batch_head * query_blocks + start_m // BLOCK_M) * key_blocks + block_n)
         if _tile_is_live(tile_max, tl.min(normaliser, axis=0), beta):
-            in_rows = (rows[:, None] < query_len) & in_dims[None, :]
-            q = tl.load(q_base + rows[:, None] * stride_qm + dims[None, :] * stride_qd, mask=in_rows, other=0.0)
-            grad_out = tl.load(
-                grad_out_base + rows[:, None] * stride_gm + dims[None, :] * stride_gd, mask=in_rows, other=0.0
-            )
-            scores = _scores(
-                q, k, mask_base, rows, columns, query_len, key_len, causal_offset, stride_mask_q, stride_mask_k,
-                HAS_MASK, MASK_FLOOR, IS_CAUSAL, COMPUTE, UPCAST,
-            )  # fmt: skip
-            probs, weights = _probs_and_weights(
-                scores,
+            q = _load_block(queries, rows, dims, head_dim)
+            grad_out = _load_block(grad_outputs, rows, dims, head_dim)
+            probs, log_probs = _tile_probs(
+                _scores(q, k, rows, columns, mask, shape, switches, COMPUTE),
                 _load_rows(RowMax + row_offset, rows, query_len, 0.0),
                 normaliser,
                 _load_rows(LogMass + row_offset, rows, query_len, 0.0),
                 beta,
             )
+            weights, _ = _support_weights(probs, log_probs, beta)
             grad_value = _dot(tl.trans(probs.to(grad_out.dtype)), grad_out, grad_value, UPCAST)
             grad_probs = _dot(grad_out, tl.trans(v), tl.full((BLOCK_M, BLOCK_N), 0.0, COMPUTE), UPCAST)  # dp = dO vᵀ
             delta = _load_rows(Delta + row_offset, rows, query_len, 0.0)
             grad_scores = weights * (grad_probs - delta[:, None])
             grad_key = _dot(tl.trans(grad_scores.to(q.dtype)), q, grad_key, UPCAST)
-    out_offsets = (batch_head * key_len + columns[:, None]) * head_dim + dims[None, :]
-    tl.store(GradK + out_offsets, grad_key.to(GradK.dtype.element_ty), mask=in_keys)
-    tl.store(GradV + out_offsets, grad_value.to(GradV.dtype.element_ty), mask=in_keys)
+    key_offset = batch_head * key_len * head_dim
+    _store_block((GradK + key_offset, key_len, head_dim, 1), columns, dims, head_dim, grad_key)
+    _store_block((GradV + key_offset, key_len, head_dim, 1), columns, dims, head_dim, grad_value)
 
 
 @triton.jit
@@ -539,21 +514,15 @@ def _entmax_attention_backward_query(
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offsets_n = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    in_dims = dims < head_dim
-    in_rows = (rows[:, None] < query_len) & in_dims[None, :]
-    q = tl.load(
-        Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qm + dims[None, :] * stride_qd,
-        mask=in_rows,
-        other=0.0,
+    keys = (K + batch * stride_kb + head * stride_kh, key_len, stride_kn, stride_kd)
+    values = (V + batch * stride_vb + head * stride_vh, key_len, stride_vn, stride_vd)
+    mask = (Mask + batch * stride_mask_b + head * stride_mask_h, stride_mask_q, stride_mask_k)
+    shape = (query_len, key_len, causal_offset)
+    switches: tl.constexpr = (HAS_MASK, MASK_FLOOR, IS_CAUSAL, UPCAST)
+    q = _load_block((Q + batch * stride_qb + head * stride_qh, query_len, stride_qm, stride_qd), rows, dims, head_dim)
+    grad_out = _load_block(
+        (GradOut + batch * stride_gb + head * stride_gh, query_len, stride_gm, stride_gd), rows, dims, head_dim
     )
-    grad_out = tl.load(
-        GradOut + batch * stride_gb + head * stride_gh + rows[:, None] * stride_gm + dims[None, :] * stride_gd,
-        mask=in_rows,
-        other=0.0,
-    )
-    k_base = K + batch * stride_kb + head * stride_kh
-    v_base = V + batch * stride_vb + head * stride_vh
-    mask_base = Mask + batch * stride_mask_b + head * stride_mask_h
     row_offset = batch_head * query_len
     row_max = _load_rows(RowMax + row_offset, rows, query_len, 0.0)
     normaliser = _load_rows(Normaliser + row_offset, rows, query_len, float("inf"))
@@ -570,19 +539,15 @@ def _entmax_attention_backward_query(
         tile_max = tl.load(tile_max_base + start_n // BLOCK_N)
         if _tile_is_live(tile_max, normaliser_floor, beta):
             columns = start_n + offsets_n
-            in_keys = (columns[:, None] < key_len) & in_dims[None, :]
-            k = tl.load(k_base + columns[:, None] * stride_kn + dims[None, :] * stride_kd, mask=in_keys, other=0.0)
-            v = tl.load(v_base + columns[:, None] * stride_vn + dims[None, :] * stride_vd, mask=in_keys, other=0.0)
-            scores = _scores(
-                q, k, mask_base, rows, columns, query_len, key_len, causal_offset, stride_mask_q, stride_mask_k,
-                HAS_MASK, MASK_FLOOR, IS_CAUSAL, COMPUTE, UPCAST,
-            )  # fmt: skip
-            _, weights = _probs_and_weights(scores, row_max, normaliser, log_mass, beta)
+            k = _load_block(keys, columns, dims, head_dim)
+            v = _load_block(values, columns, dims, head_dim)
+            scores = _scores(q, k, rows, columns, mask, shape, switches, COMPUTE)
+            probs, log_probs = _tile_probs(scores, row_max, normaliser, log_mass, beta)
+            weights, _ = _support_weights(probs, log_probs, beta)
             grad_probs = _dot(grad_out, tl.trans(v), tl.full((BLOCK_M, BLOCK_N), 0.0, COMPUTE), UPCAST)
             grad_scores = weights * (grad_probs - delta[:, None])
             grad_query = _dot(grad_scores.to(k.dtype), k, grad_query, UPCAST)
-    out_offsets = (row_offset + rows[:, None]) * head_dim + dims[None, :]
-    tl.store(GradQ + out_offsets, grad_query.to(GradQ.dtype.element_ty), mask=in_rows)
+    _store_block((GradQ + row_offset * head_dim, query_len, head_dim, 1), rows, dims, head_dim, grad_query)
 
 
 # Whether triton.jit decorated the kernels for Triton's interpreter (TRITON_INTERPRET=1 when this module was imported),
@@ -618,13 +583,13 @@ class _Problem:
         self.query_blocks = triton.cdiv(self.query_len, block_m)
         self.key_blocks = triton.cdiv(self.key_len, block_n)
         if mask is None:
-            self.mask_strides, mask_floor = (0, 0, 0, 0), 0.0
+            self.mask_strides, mask_floor_value = (0, 0, 0, 0), 0.0
         else:
             self.mask_strides = mask.expand(self.batch, self.heads, self.query_len, self.key_len).stride()
-            mask_floor = torch.finfo(mask.dtype).min
+            mask_floor_value = mask_floor(mask.dtype)
         self.constants = dict(
             HAS_MASK=mask is not None,
-            MASK_FLOOR=mask_floor,
+            MASK_FLOOR=mask_floor_value,
             IS_CAUSAL=causal,
             COMPUTE=tl.float64 if self.compute == torch.float64 else tl.float32,
             UPCAST=_INTERPRETED and query.dtype == torch.bfloat16,
@@ -695,8 +660,8 @@ def _forward(query, key, value, alpha, mask, problem: _Problem, need_grad: bool,
         *p.shape_arguments(),
         NEED_GRAD=need_grad,
         ALPHA_GRAD=alpha_grad,
-        TOLERANCE=TOLERANCE_EPSILONS * torch.finfo(p.compute).eps,
-        MAX_PASSES=MAX_NEWTON_PASSES,
+        TOLERANCE=NEWTON_TOLERANCE_EPS * torch.finfo(p.compute).eps,
+        MAX_PASSES=MAX_NEWTON_STEPS,
         SERIES_THRESHOLD=SERIES_THRESHOLD,
         SERIES_TERMS=SERIES_TERMS,
         **p.constants,

@@ -20,14 +20,16 @@ import math
 import torch
 
 
-try:  # With hf_entmax installed, CPU tensors go to its native kernel; this file alone uses PyTorch below.
-    from hf_entmax.kernels.cpu import native_entmax
-except ImportError:
-    native_entmax = None
-
-
-# Newton from the left converges monotonically; this bound is a safety net, not a budget.
-_MAX_NEWTON_STEPS = 50
+# The Newton solver's constants, shared by the Triton kernel (hf_entmax/kernels/triton_attention.py imports them). The
+# native kernel's C++ cannot import them: its counterparts in hf_entmax/kernels/csrc/constants.h say how they relate,
+# and tests/test_kernel_build.py checks that they do.
+# Newton from the left converges monotonically; this bound is a safety net, not a budget (C++: kMaxNewtonPasses, the
+# same).
+MAX_NEWTON_STEPS = 50
+# A row stops once |Σ p − 1| ≤ this many units of its compute dtype's ε: Newton stops on the mass alone here, so the
+# tolerance must stay above the rounding of `torch.sum` over long rows. (C++: kMassTolerance, 2 ε, tighter on purpose:
+# it also stops where a step no longer moves the normaliser.)
+NEWTON_TOLERANCE_EPS = 16
 # Traced code (torch.compile, torch.export, ONNX) cannot stop on a value it has not computed: it runs a fixed number
 # of steps instead, enough for every row to reach its dtype's rounding before the final renormalisation (measured on
 # rows of 2–4096 entries, spreads 0.1–100, α in [1, 2] and adversarial ramps: 8 steps in float32, 12 in float64;
@@ -36,9 +38,23 @@ _TRACED_NEWTON_STEPS = {torch.float32: 16, torch.float64: 24}
 # Scores below ``row max − 1e30`` can never be in the support, and clamping them keeps every
 # product finite (an α-entmax with β ≥ 1e-30 gives them zero, softmax gives exp(−1e30) = 0).
 _FLOOR = -1e30
-# Below |β (z − c)| = 0.1 the α-gradient uses its series; above it the closed form is accurate.
-_SERIES_THRESHOLD = 0.1
-_SERIES_TERMS = 10
+# Below |β (z − c)| = 0.1 the α-gradient uses its series; above it the closed form is accurate. (C++: another series,
+# in −β log p, with its own bound: docs/kernel.md, "Constants".)
+SERIES_THRESHOLD = 0.1
+SERIES_TERMS = 10
+
+
+def mask_floor(dtype: torch.dtype) -> float:
+    """The masking convention of every attention path: an additive mask entry or a score at or below this value (the
+    dtype's lowest, which transformers' eager masks use; −inf too) masks its key. Use `is_masked` on tensors; the
+    Triton kernel compares with this value itself."""
+    return torch.finfo(dtype).min
+
+
+def is_masked(values: torch.Tensor) -> torch.Tensor:
+    """Where ``values`` (scores, or an additive mask) mask their entry: at or below `mask_floor` of their dtype. NaN
+    masks nothing: it makes its row NaN."""
+    return values <= mask_floor(values.dtype)
 
 
 def _normalize_dim(dim: int, ndim: int) -> int:
@@ -64,7 +80,7 @@ def _shift_and_mask(scores: torch.Tensor, dim: int, floor: float) -> tuple[torch
         ``(shifted, empty_rows)``: ``shifted`` has the shape of ``scores`` with values in
         [floor, 0] (or NaN); ``empty_rows`` (size 1 along ``dim``) marks rows whose entries are all masked.
     """
-    masked = scores <= torch.finfo(scores.dtype).min
+    masked = is_masked(scores)
     z = scores.to(_compute_dtype(scores.dtype)).masked_fill(masked, float("-inf"))
     row_max = z.amax(dim=dim, keepdim=True)  # NaN in a row with a NaN
     empty_rows = row_max == float("-inf")
@@ -122,10 +138,10 @@ def _entmax_newton(shifted: torch.Tensor, beta: torch.Tensor, empty_rows: torch.
     converge in a few steps; converged rows stop moving and the loop ends when all have (traced code runs a fixed
     number of steps instead: it cannot branch on the data).
     """
-    tolerance = 16 * torch.finfo(shifted.dtype).eps
+    tolerance = NEWTON_TOLERANCE_EPS * torch.finfo(shifted.dtype).eps
     normaliser = torch.zeros_like(shifted.sum(dim=dim, keepdim=True))
     traced = torch.compiler.is_compiling()
-    for _ in range(_TRACED_NEWTON_STEPS[shifted.dtype] + 1 if traced else _MAX_NEWTON_STEPS):
+    for _ in range(_TRACED_NEWTON_STEPS[shifted.dtype] + 1 if traced else MAX_NEWTON_STEPS):
         probs, slope = _deformed_exp(shifted - normaliser, beta)
         mass = probs.sum(dim=dim, keepdim=True)
         active = ((mass - 1).abs() > tolerance) & ~empty_rows
@@ -141,10 +157,10 @@ def _entmax_newton(shifted: torch.Tensor, beta: torch.Tensor, empty_rows: torch.
 def _expm1_ratio(y: torch.Tensor) -> torch.Tensor:
     """``(e^y − 1) / y``, by its series ``Σ_k y^k / (k + 1)!`` near 0, so that it and its derivatives are right
     at y = 0 too (second-order gradients differentiate it)."""
-    small = y.abs() < _SERIES_THRESHOLD
+    small = y.abs() < SERIES_THRESHOLD
     series = torch.zeros_like(y)
-    factorial = math.factorial(_SERIES_TERMS + 1)
-    for k in range(_SERIES_TERMS, -1, -1):  # Horner
+    factorial = math.factorial(SERIES_TERMS + 1)
+    for k in range(SERIES_TERMS, -1, -1):  # Horner
         series = series * y + 1.0 / factorial
         factorial //= k + 1
     return torch.where(small, series, torch.expm1(y) / torch.where(small, 1.0, y))
@@ -165,10 +181,10 @@ def _alpha_sensitivity(log_probs: torch.Tensor, beta: torch.Tensor) -> torch.Ten
     shifted = log_probs * _expm1_ratio(beta * log_probs)  # w = (p^β − 1) / β, smooth through β = 0
     closed_form = (shifted / base - log_probs) / safe_beta
     series = torch.zeros_like(base_minus_one)
-    for k in range(_SERIES_TERMS, 0, -1):  # Horner
+    for k in range(SERIES_TERMS, 0, -1):  # Horner
         series = series * base_minus_one + (-1) ** k * k / (k + 1)
     series = shifted * shifted * series
-    return torch.where(base_minus_one.abs() < _SERIES_THRESHOLD, series, closed_form)
+    return torch.where(base_minus_one.abs() < SERIES_THRESHOLD, series, closed_form)
 
 
 def entmax_backward(
@@ -426,4 +442,18 @@ def entmax15(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return Entmax15Function.apply(scores, dim)
 
 
-__all__ = ["entmax", "entmax15", "sparsemax"]
+# With hf_entmax installed, its kernels take the mappings and the model's attention where they apply (the native CPU
+# kernel, the Triton kernel; `hf_entmax.kernels.dispatch` picks). This file alone (a model folder loaded without
+# hf_entmax) runs the PyTorch implementation above, and so does the model's attention, which imports
+# `native_entmax_attention` from here. Imported last: the kernels import this file's conventions and backward.
+try:
+    from hf_entmax.kernels.dispatch import native_entmax, native_entmax_attention
+except ModuleNotFoundError as error:
+    # Only a missing hf_entmax (or one without these kernels) falls back; anything missing inside the kernels is a
+    # bug that must not quietly turn every call into the slow path.
+    if error.name not in ("hf_entmax", "hf_entmax.kernels", "hf_entmax.kernels.dispatch"):
+        raise
+    native_entmax = native_entmax_attention = None
+
+
+__all__ = ["entmax", "entmax15", "is_masked", "mask_floor", "sparsemax"]

@@ -56,18 +56,13 @@ from .configuration_adaptive_entmax_marian import (
     ScalingOptions,
     check_generation_settings,
 )
-from .entmax import entmax
-from .sparsefinder_attention import OperatingPoint, SparsefinderPredictor, apply_predicted_sparsity
-
-
-try:  # With hf_entmax installed, CPU attention runs fused in its native kernel; this file alone composes it below.
-    from hf_entmax.kernels.cpu import native_entmax_attention
-except ImportError:
-    native_entmax_attention = None
-try:  # And CUDA attention in its Triton kernel, which HF_ENTMAX_TRITON=1 turns on.
-    from hf_entmax.kernels.gpu import triton_entmax_attention
-except ImportError:
-    triton_entmax_attention = None
+from .entmax import entmax, is_masked, native_entmax_attention
+from .sparsefinder_attention import (
+    OperatingPoint,
+    PredictedSparsity,
+    SparsefinderPredictor,
+    apply_predicted_sparsity,
+)
 
 
 ATTENTION_IMPLEMENTATION = "adaptive_entmax"
@@ -79,6 +74,13 @@ def alpha_to_logit(alpha: float) -> float:
     """The ``alpha_logit`` whose ``1 + sigmoid(alpha_logit)`` is ``alpha`` (kept finite at α = 1 and 2)."""
     excess = min(max(alpha - 1.0, 1e-6), 1.0 - 1e-6)
     return math.log(excess / (1.0 - excess))
+
+
+def asentmax_scale(num_keys: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor, offset: float) -> torch.Tensor:
+    """ASEntmax's factor on a query that may attend to ``num_keys`` keys (n ≥ 1): ``offset + beta · log(n + 1) **
+    gamma``, i.e. δ + β_h · log(n + 1)^γ_h per head (the log is positive from n = 1). Broadcasts its arguments, e.g.
+    ``(B, 1, Lq, 1)`` keys with ``(1, H, 1, 1)`` β and γ."""
+    return offset + beta * torch.log1p(num_keys).pow(gamma)
 
 
 def target_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -112,10 +114,16 @@ def entmax_attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scaled dot-product attention with α-entmax in place of softmax, one α per head.
 
+    This function prepares the mask, α and the scaled queries; hf_entmax's kernels then run the attention where one
+    applies (``native_entmax_attention``: ``hf_entmax.kernels.dispatch`` picks, and says why), and the PyTorch
+    operations of `composed_entmax_attention` everywhere else (and without hf_entmax). Every path computes the same
+    function up to rounding (the native kernel draws its dropout mask differently, from the same generator), and
+    wanted weights are part of the output's autograd graph on every path that returns them.
+
     Args:
-        module: The attention module; its ``alpha()`` gives α per head (a tensor or a float) and its
+        module: The attention module; its ``alpha()`` gives α per head (a tensor or a float), its
             ``query_scale(mask, key_len, dtype)`` the scaling factor of each query (softmax_matched's or ASEntmax's;
-            ``None`` without scaling).
+            ``None`` without scaling), and its ``predicted_sparsity`` (optional) Sparsefinder's graph.
         query: ``(batch, heads, query_len, head_dim)``.
         key, value: ``(batch, heads, key_len, head_dim)``.
         attention_mask: Additive float mask broadcastable to ``(batch, heads, query_len, key_len)``:
@@ -129,69 +137,75 @@ def entmax_attention_forward(
         ``(output, weights)``: ``output`` is ``(batch, query_len, heads, head_dim)`` and contiguous; ``weights`` is
         ``(batch, heads, query_len, key_len)``: the probabilities, with exact zeros, or in training with dropout the
         weights that multiplied the values (dropped entries 0, the others divided by ``1 − dropout``), which is
-        what Marian's eager attention returns. ``None`` from the Triton kernel and from Sparsefinder's gathered
-        attention, which never form them.
-
-    With hf_entmax installed, float32/float64 CPU attention runs fused in its native kernel
-    (``native_entmax_attention``, dropout included), equal to the composed operations below up to float32 rounding
-    (its dropout mask is drawn differently, from the same generator); weights wanted where autograd records are part
-    of the output's graph on every path, as transformers' ``test_retain_grad_hidden_states_attentions`` asks (the
-    kernel then leaves the products to PyTorch). With ``HF_ENTMAX_TRITON=1``, CUDA attention
-    without dropout whose weights are not wanted runs in the Triton kernel (``triton_entmax_attention``). With a
-    Sparsefinder graph (``module.predicted_sparsity``), attention runs over the graph's pairs only: gathered where
-    hf_entmax's kernel does it and it pays (``PredictedSparsity.attend``), else with the other pairs masked.
+        what Marian's eager attention returns. ``None`` from the kernels that never form them (Triton, Sparsefinder's
+        gathered pairs), which run only where the weights are not wanted.
     """
-    if scaling is None:
-        scaling = query.size(-1) ** -0.5
     dropout = dropout if module.training else 0.0
     # Scores in float32 even for half-precision models: entmax's threshold needs the precision (float64 stays).
     compute_dtype = torch.promote_types(query.dtype, torch.float32)
     mask = None
     if attention_mask is not None:
-        # entmax treats −inf and the dtype's lowest value as masked (exact zeros, and zeros for a fully masked row);
-        # score + lowest rounds back to lowest for any score below 1e31. A half-precision mask's lowest value is not
-        # float32's, so it becomes −inf.
+        # A half-precision mask's lowest value is not float32's, so it becomes −inf; score + lowest rounds back to
+        # lowest for any score below 1e31, which stays masked.
         mask = attention_mask.to(compute_dtype)
         if attention_mask.dtype != compute_dtype:
-            mask = mask.masked_fill(attention_mask <= torch.finfo(attention_mask.dtype).min, float("-inf"))
+            mask = mask.masked_fill(is_masked(attention_mask), float("-inf"))
     alpha = module.alpha()
     if isinstance(alpha, torch.Tensor):
         alpha = alpha.view(1, -1, 1, 1)  # (1, H, 1, 1): one α per head
     # α is in [alpha_min, alpha_max] ⊂ [1, 2] by construction (clamped, or validated in the config).
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
     query_scale = module.query_scale(mask, key.shape[-2], compute_dtype)  # None, or (B or 1, H, Lq or 1, 1)
     if query_scale is not None:
         scaling = scaling * query_scale
+    scaled_query = query.to(compute_dtype) * scaling  # (B, H, Lq, D)
     config = getattr(module, "config", None)
     weights_wanted = bool(kwargs.get("output_attentions", getattr(config, "output_attentions", False)))
     predicted_sparsity = getattr(module, "predicted_sparsity", None)  # any module with alpha() may call this
-    if predicted_sparsity is not None:
-        # Sparsefinder, after query_scale (which counts the allowed keys): attention over the predicted pairs only,
-        # gathered by hf_entmax's kernel where that pays (it forms no weights: None), else with the others masked.
-        gathered, mask = predicted_sparsity.attend(
-            query, scaling, key, value, alpha, mask, compute_dtype, dropout, weights_wanted
-        )
-        if gathered is not None:
-            return gathered.transpose(1, 2).contiguous(), None  # (B, Lq, H, D)
+    # Sparsefinder's pairs, read off the unscaled queries and the mask (after query_scale, which counts every key the
+    # mask allows).
+    graph = None if predicted_sparsity is None else predicted_sparsity.graph(query, key, mask)  # (B, H, Lq, Lk)
 
-    fused = None  # each kernel returns None where it does not apply, and says why (hf_entmax.kernels.describe())
-    if native_entmax_attention is not None and query.device.type == "cpu":
-        fused = native_entmax_attention(
-            query * scaling, key, value, alpha, mask, dropout, weights_wanted=weights_wanted
-        )
-    elif triton_entmax_attention is not None:
-        # A half-precision query stays in its dtype (query scaling is float32): the kernel takes q, k, v alike.
-        scaled = (query * scaling).to(query.dtype)
-        fused = triton_entmax_attention(scaled, key, value, alpha, mask, dropout, weights_wanted)
-    if fused is not None:
-        output, weights = fused
-    else:
-        scores = torch.matmul(query.to(compute_dtype) * scaling, key.to(compute_dtype).transpose(2, 3))
-        if mask is not None:
-            scores = scores + mask  # (B, H, Lq, Lk)
-        probabilities = entmax(scores, alpha, dim=-1, check_alpha=False).to(value.dtype)
-        weights = nn.functional.dropout(probabilities, p=dropout, training=dropout > 0.0)
-        output = torch.matmul(weights, value)  # (B, H, Lq, D)
+    attended = None
+    if native_entmax_attention is not None:  # None without hf_entmax (entmax.py imports it)
+        attended = native_entmax_attention(scaled_query, key, value, alpha, mask, dropout, weights_wanted, graph)
+    if attended is None:
+        if graph is not None:
+            mask = PredictedSparsity.graph_mask(graph, mask, compute_dtype)
+        attended = composed_entmax_attention(scaled_query, key, value, alpha, mask, dropout)
+    output, weights = attended
     return output.transpose(1, 2).contiguous(), weights  # (B, Lq, H, D)
+
+
+def composed_entmax_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    alpha: torch.Tensor | float,
+    mask: torch.Tensor | None,
+    dropout: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """α-entmax attention of PyTorch operations (the mapping of `entmax`, which takes hf_entmax's kernel where it
+    applies).
+
+    Args:
+        query: ``(batch, heads, query_len, head_dim)``, already scaled, in the scores' dtype.
+        key, value: ``(batch, heads, key_len, head_dim)``.
+        alpha: α per head, a float or ``(1, heads, 1, 1)``.
+        mask: Additive mask in the query's dtype, broadcastable to ``(batch, heads, query_len, key_len)``, or ``None``.
+        dropout: Dropout probability on the probabilities (0: none).
+
+    Returns:
+        ``(output, weights)``: ``(batch, heads, query_len, head_dim)`` in the value's dtype and the weights
+        ``(batch, heads, query_len, key_len)`` that multiplied the values.
+    """
+    scores = torch.matmul(query, key.to(query.dtype).transpose(2, 3))
+    if mask is not None:
+        scores = scores + mask  # (B, H, Lq, Lk)
+    probabilities = entmax(scores, alpha, dim=-1, check_alpha=False).to(value.dtype)
+    weights = nn.functional.dropout(probabilities, p=dropout, training=dropout > 0.0)
+    return torch.matmul(weights, value), weights  # (B, H, Lq, D)
 
 
 def register_attention() -> None:
@@ -273,11 +287,9 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
     def query_scale(self, mask: torch.Tensor | None, key_len: int, dtype: torch.dtype) -> torch.Tensor | None:
         """The factor on each query before α-entmax, for a query that may attend to n keys; ``None`` without scaling.
 
-        - ``"asentmax"``: ``δ + β_h · log(n + 1) ** γ_h``, a learned temperature per head.
-        - ``"softmax_matched"``: ``n ** (1 − α_h)``. Near uniform attention, α-entmax over n keys is n^(α−1) times as
-          sharp as softmax on the same scores (its Jacobian there is ``diag(p^(2−α))`` − …, at p = 1/n); the factor
-          undoes that, so that every head starts as sharp as softmax whatever its α and the input's length, and α
-          shapes how weights fall to zero rather than the temperature.
+        - ``"asentmax"``: `asentmax_scale`, ``δ + β_h · log(n + 1) ** γ_h``, a learned temperature per head.
+        - ``"softmax_matched"``: ``n ** (1 − α_h)``, which makes every head as sharp as softmax at uniform attention
+          (why: docs/model.md, "Softmax-matched queries").
 
         n is the number of keys the query may attend to, read from the mask: the real source tokens in encoder
         self-attention and cross-attention, the causal prefix in decoder self-attention (growing by one per step in
@@ -297,7 +309,7 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         if mask is None:
             visible = torch.full((1, 1, 1, 1), float(key_len), dtype=dtype, device=self.k_proj.weight.device)
         else:
-            visible = (mask > torch.finfo(mask.dtype).min).sum(-1, keepdim=True).to(dtype)  # (B, 1, Lq, 1)
+            visible = (~is_masked(mask)).sum(-1, keepdim=True).to(dtype)  # (B, 1, Lq, 1)
         visible = visible.clamp(min=1.0)
         if self.scaling_method == "softmax_matched":
             alpha = self.alpha()
@@ -305,7 +317,7 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
                 alpha = alpha.to(dtype).view(1, -1, 1, 1)
             return visible.pow(1.0 - alpha)
         beta, gamma = (parameter.to(dtype).view(1, -1, 1, 1) for parameter in (self.scale_beta, self.scale_gamma))
-        return self.scale_offset + beta * torch.log1p(visible).pow(gamma)
+        return asentmax_scale(visible, beta, gamma, self.scale_offset)
 
 
 class AdaptiveEntmaxMarianEncoderLayer(MarianEncoderLayer):
@@ -871,5 +883,7 @@ __all__ = [
     "AdaptiveEntmaxMarianMTModel",
     "AdaptiveEntmaxMarianModel",
     "AdaptiveEntmaxMarianPreTrainedModel",
+    "asentmax_scale",
+    "composed_entmax_attention",
     "entmax_attention_forward",
 ]

@@ -19,7 +19,7 @@ Restricted attention is α-entmax over the predicted keys only: the other pairs 
 exactly zero). A query whose predicted set holds none of the keys it may attend to falls back to all of them (its
 full, exact row), so no row is ever empty and nothing is NaN; a graph of all pairs leaves the mask, and so the
 attention, exactly as it was. With hf_entmax installed, sparse graphs are attended over their predicted pairs only,
-each query's keys gathered by the native CPU kernel (``native_restricted_attention``, which says where that pays);
+each query's keys gathered by the native CPU kernel where that pays (``hf_entmax.kernels.dispatch`` decides);
 everywhere else the pairs outside the graph are masked and the full attention runs.
 
 This file is copied to the Hub next to the model: it needs nothing but torch, safetensors and transformers.
@@ -36,12 +36,8 @@ from safetensors.torch import load_file, save_file
 from transformers.utils import cached_file
 
 from .configuration_adaptive_entmax_marian import ATTENTION_TYPES
+from .entmax import is_masked
 
-
-try:  # With hf_entmax installed, long sparse graphs are attended over gathered by its kernel; else they are masked.
-    from hf_entmax.kernels.cpu import native_restricted_attention
-except ImportError:
-    native_restricted_attention = None
 
 PREDICTOR_FILE = "sparsefinder.safetensors"
 PREDICTOR_FORMAT = "hf_entmax.sparsefinder/1"
@@ -432,7 +428,7 @@ class PredictedSparsity:
         if mask is None:
             allowed = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=query.device)
         else:
-            allowed = mask > torch.finfo(mask.dtype).min  # −inf and the lowest value both mask
+            allowed = ~is_masked(mask)
         if self.causal and allowed.shape[-1] == key_len:
             # A causal query sees the keys up to its own position: its position is its number of allowed keys − 1,
             # also where the keys are a static cache longer than the sequence so far.
@@ -449,49 +445,8 @@ class PredictedSparsity:
             mask = torch.zeros((1, 1, 1, 1), dtype=dtype, device=graph.device)
             dropped = ~graph
         else:
-            dropped = (mask > torch.finfo(mask.dtype).min) & ~graph
+            dropped = ~is_masked(mask) & ~graph
         return mask.expand(graph.shape).masked_fill(dropped, float("-inf"))
-
-    def attend(
-        self,
-        query: torch.Tensor,
-        scaling: torch.Tensor | float,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        alpha: torch.Tensor | float,
-        mask: torch.Tensor | None,
-        dtype: torch.dtype,
-        dropout: float,
-        weights_wanted: bool,
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Attention over the effective graph by gathering its pairs, where hf_entmax's kernel does it and it pays;
-        else the mask that restricts the full attention to the graph (`graph_mask`).
-
-        Gathering needs hf_entmax, no dropout and no wanted weights (it never forms them); then
-        ``native_restricted_attention`` decides by the tensors and the graph's density. The mask's kept pairs are 0,
-        as the attention function's contract has it, so the graph says all the mask says.
-
-        Args:
-            query: ``(B, H, Lq, D)`` unscaled queries (the projections read them).
-            scaling: The factor on the queries in the scores (a float, or ASEntmax's ``(B or 1, H, Lq or 1, 1)``).
-            key, value: ``(B, H, Lk, D)``.
-            alpha: α per head, a float or a tensor that broadcasts to ``(B, H, Lq, 1)``.
-            mask: Additive mask broadcastable to ``(B, H, Lq, Lk)`` (0 keeps a key, −inf or the dtype's lowest value
-                masks it), or ``None``.
-            dtype: Dtype of the scores.
-            dropout: Attention dropout probability (0 in evaluation).
-            weights_wanted: Whether the caller returns the attention weights.
-
-        Returns:
-            ``(output, None)`` with ``output`` ``(B, H, Lq, D)``, when the pairs were gathered; else ``(None, mask)``
-            with the mask of `graph_mask`.
-        """
-        graph = self.graph(query, key, mask)
-        if native_restricted_attention is not None and dropout == 0.0 and not weights_wanted:
-            output = native_restricted_attention(query * scaling, key, value, alpha, graph)
-            if output is not None:
-                return output, None
-        return None, self.graph_mask(graph, mask, dtype)
 
 
 def split_sparsity_settings(

@@ -1,5 +1,6 @@
-// The kernel's tuning and stopping constants, in one place. docs/kernel.md ("Constants") compares them with their
-// counterparts in the PyTorch reference, hf_entmax/modeling/entmax.py.
+// The kernel's tuning and stopping constants, in one place. C++ cannot import the PyTorch reference's
+// (hf_entmax/modeling/entmax.py, which the Triton kernel shares): each counterpart below says how it relates to them,
+// and tests/test_kernel_build.py checks it. docs/kernel.md ("Constants") compares them all.
 #pragma once
 
 #include <cstdint>
@@ -7,13 +8,14 @@
 
 namespace hf_entmax {
 
-// An exact pass whose Σ p is within this of 1 ends the iteration (the reference: 16 ε, see docs/kernel.md). The kernel
-// can ask for 2 ε because it also stops when an exact Newton step from below the root no longer moves c (step_stalled),
-// which catches rows whose rounded Σ p never gets that close.
+// An exact pass whose Σ p is within this of 1 ends the iteration. Tighter on purpose than the reference's
+// NEWTON_TOLERANCE_EPS (16 ε): the kernel can ask for 2 ε because it also stops when an exact Newton step from below
+// the root no longer moves c (step_stalled), which catches rows whose rounded Σ p never gets that close.
+// tests/test_kernels.py derives its rounding bounds from 2 ε.
 template <typename T>
 constexpr double kMassTolerance = 2 * std::numeric_limits<T>::epsilon();
 
-// The most Newton passes of one row (the reference's _MAX_NEWTON_STEPS). Newton from below the root converges
+// The most Newton passes of one row: the reference's MAX_NEWTON_STEPS, the same. Newton from below the root converges
 // monotonically, in a handful of passes: the cap is a safety net, not a budget.
 constexpr int kMaxNewtonPasses = 50;
 
