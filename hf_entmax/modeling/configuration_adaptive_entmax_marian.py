@@ -155,10 +155,8 @@ class ScalingOptions:
     that it can stay sparse, or become softmax-like, as inputs grow longer than those it was trained on.
 
     With ``"softmax_matched"``, head h multiplies a query that may attend to n keys by ``n ** (1 − α_h)``, with no
-    parameter of its own. Near uniform attention, α-entmax over n keys is n^(α−1) times as sharp as softmax on the
-    same scores (5.5× at α = 1.5 and n = 30); the factor makes every head start as sharp as softmax, whatever its α
-    and the input's length, so that α decides how a head's weights fall to zero, not its temperature. With α = 1 it
-    is 1: softmax heads are unchanged.
+    parameter of its own: every head starts as sharp as softmax whatever its α (why: docs/model.md, "Softmax-matched
+    queries"). With α = 1 it is 1: softmax heads are unchanged.
     """
 
     attention_scaling: str | None = _option(
