@@ -9,9 +9,9 @@ predicted graph: a window (the pairs at most w positions apart, w chosen for the
 pair kept with probability 1 − s). A trained predictor's graphs lie between the two: clustered like a window,
 scattered like random pairs. The measured sparsity is printed. For each, in the same rounds:
 
-- full entmax: the fused native kernel over every pair (`native_entmax_attention`, no graph): the baseline;
+- full entmax: the fused native kernel over every pair (`cpu.entmax_attention`, no graph): the baseline;
 - masked: the graph made an additive mask and the fused kernel run over every pair, as the model did before gathering
-  (`PredictedSparsity.graph_mask`, then `native_entmax_attention`), the mask's making included;
+  (`PredictedSparsity.graph_mask`, then `cpu.entmax_attention`), the mask's making included;
 - gathered: the graph made compressed rows (`graph_rows`, included) and attended over its pairs only
   (`torch.ops.hf_entmax.restricted_attention_forward`; forward + backward through `NativeRestrictedAttentionFunction`);
 - SDPA: `torch.nn.functional.scaled_dot_product_attention` (softmax) over every pair, no graph.
@@ -100,13 +100,13 @@ def forward_backward_step(function, *tensors: torch.Tensor):
 
 
 def full_entmax(query, key, value, alpha):
-    return cpu.native_entmax_attention(query, key, value, alpha, None)[0]
+    return cpu.entmax_attention(query, key, value, alpha, None)[0]
 
 
 def masked(graph):
     def attention(query, key, value, alpha):
         mask = PredictedSparsity.graph_mask(graph, None, query.dtype)
-        return cpu.native_entmax_attention(query, key, value, alpha, mask)[0]
+        return cpu.entmax_attention(query, key, value, alpha, mask)[0]
 
     return attention
 

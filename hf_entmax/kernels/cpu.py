@@ -268,10 +268,6 @@ def entmax_attention(
     return output, weights
 
 
-# The name benchmarks/bench_sparsefinder_speed.py still calls it by.
-native_entmax_attention = entmax_attention
-
-
 def graph_rows(graph: torch.Tensor, max_pairs: int = -1) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A bool graph ``(..., Lk)`` as compressed rows ``(offsets, columns)``: ``offsets`` ``(rows + 1,)`` int64, where
     each row's entries start in ``columns``, ``(number of true entries,)`` int32, the positions of its true entries in

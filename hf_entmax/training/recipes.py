@@ -102,10 +102,8 @@ START_DEFAULTS = {
         kind="fresh",
         description="a fresh model (no --model_name_or_path)",
         recipe="from-scratch",
-        # α: the config's default, the paper's random start. Queries scaled by n^(1 − α) make every head as sharp as
-        # softmax at the start whatever its α: without the factor, α-entmax over n keys is n^(α−1) times sharper, and
-        # on long inputs a random-α start can keep cross-attention from learning to align (docs/benchmarks.md,
-        # "Quality at an equal budget").
+        # α: the config's default, the paper's random start, with softmax-matched queries (why: docs/model.md,
+        # "Softmax-matched queries"; what it changes: docs/benchmarks.md, "Quality at an equal budget").
         model={"dropout": 0.1, "attention_dropout": 0.1, "attention_scaling": "softmax_matched"},
     ),
     "marian": StartDefaults(
