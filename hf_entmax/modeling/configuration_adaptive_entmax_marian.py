@@ -140,9 +140,13 @@ class AlphaOptions:
                 )
 
 
-# How a head may scale its queries before α-entmax: "none", ASEntmax's learned, length-dependent temperature, or
+# How a head may scale its queries before α-entmax: "none"; ASEntmax's learned, length-dependent temperature, per
+# head or per token; scalable softmax's learned s · log n (SSMax, the baseline ASEntmax is compared with); or
 # n^(1−α), which gives every head softmax's sharpness at uniform attention.
-SCALING_METHODS = ("none", "asentmax", "softmax_matched")
+SCALING_METHODS = ("none", "asentmax", "asentmax_per_token", "ssmax", "softmax_matched")
+# The methods with parameters of their own (learned), and which heads a method may scale (`attention_scaling_heads`).
+LEARNED_SCALING_METHODS = ("asentmax", "asentmax_per_token", "ssmax")
+SCALED_HEADS = ("all", "nope")
 
 
 @dataclass
@@ -154,16 +158,27 @@ class ScalingOptions:
     (``δ`` = `attention_scaling_offset`; ``β_h``, ``γ_h`` learned, initialised from U(0.1, 1) and N(0, 0.1²)), so
     that it can stay sparse, or become softmax-like, as inputs grow longer than those it was trained on.
 
+    With ``"asentmax_per_token"``, β and γ come from each query token's hidden state h instead (ASEntmax's adaptive
+    variant): ``β = softplus(W_β h)``, ``γ = 2 · tanh(W_γ h)``, one value per head, W_β and W_γ learned.
+
+    With ``"ssmax"`` (scalable softmax, Nakanishi 2025), head h multiplies its query by ``s_h · log(n + 1)``, ``s_h``
+    learned from N(1, 0.01²).
+
     With ``"softmax_matched"``, head h multiplies a query that may attend to n keys by ``n ** (1 − α_h)``, with no
     parameter of its own: every head starts as sharp as softmax whatever its α (why: docs/model.md, "Softmax-matched
     queries"). With α = 1 it is 1: softmax heads are unchanged.
+
+    `attention_scaling_heads` chooses the heads a method scales: all of them, or under NAPE positions the heads
+    without a position bias only (``"nope"``, ASEntmax's reference, and the default there).
     """
 
     attention_scaling: str | None = _option(
         None,
         "How every head scales its queries before α-entmax: None or 'none' (not at all, the paper's model), "
         "'asentmax' (a learned temperature per head that grows with the number of keys a query may attend to) or "
-        "'softmax_matched' (n ** (1 − α) for n keys: every head as sharp as softmax at uniform attention).",
+        "'asentmax_per_token' (the same temperature with β and γ computed from each query token), 'ssmax' (scalable "
+        "softmax: a learned s per head times log(n + 1)) or 'softmax_matched' (n ** (1 − α) for n keys: every head as "
+        "sharp as softmax at uniform attention).",
     )
     encoder_self_attention_scaling: str | None = _option(
         None, "Override of attention_scaling for encoder self-attention (None: attention_scaling)."
@@ -176,6 +191,11 @@ class ScalingOptions:
     )
     attention_scaling_offset: float | int = _option(
         1.0, "δ of ASEntmax's factor δ + β_h · log(n + 1) ** γ_h: a finite number >= 0 (the reference's is 1)."
+    )
+    attention_scaling_heads: str | None = _option(
+        None,
+        "Which heads scale their queries: 'all', or 'nope' (with position_embedding_type='nape': the heads without a "
+        "position bias, as ASEntmax's reference). None: 'nope' under NAPE, 'all' otherwise.",
     )
 
     def validate_attention_scaling(self):
@@ -194,10 +214,95 @@ class ScalingOptions:
         offset = self.attention_scaling_offset
         if isinstance(offset, bool) or not isinstance(offset, (int, float)) or not 0.0 <= offset < float("inf"):
             raise ValueError(f"`attention_scaling_offset` must be a finite number >= 0, got {offset!r}")
+        heads = self.attention_scaling_heads
+        if heads is not None and heads not in SCALED_HEADS:
+            raise ValueError(
+                f"`attention_scaling_heads` must be one of {', '.join(map(repr, SCALED_HEADS))} or None, got {heads!r}"
+            )
+        if heads == "nope" and getattr(self, "position_embedding_type", None) != "nape":
+            raise ValueError(
+                "`attention_scaling_heads`='nope' scales the heads without a position bias, which only "
+                "position_embedding_type='nape' has: use 'all', or NAPE positions"
+            )
+
+
+# Where self-attention's heads learn where tokens are (docs/model.md, "Positions"). Marian's sinusoidal vectors are
+# added to the embeddings, and a position past the table (max_position_embeddings) does not exist; the others act in
+# the attention scores and depend only on the distance between query and key, so they take inputs of any length.
+POSITION_TYPES = ("sinusoidal", "rope", "alibi", "nape", "none")
+
+
+@dataclass
+class PositionOptions:
+    """How self-attention knows where tokens are: the one definition of these options, inherited by the config.
+
+    - ``"sinusoidal"``: Marian's fixed vectors, added to the token embeddings of both stacks (the default, and what a
+      converted Marian checkpoint keeps);
+    - ``"rope"``: rotary positions (Su et al., 2021): queries and keys of self-attention rotated by their position,
+      so that their product depends on the distance alone;
+    - ``"alibi"``: ALiBi (Press et al., 2022): a penalty ``−slope_h · |i − j|`` added to the score of query i and
+      key j, slopes ``2^(−8h/H)`` for heads h = 1 … H;
+    - ``"nape"``: ASEntmax's reference (Vasylenko et al., 2026): ALiBi with slopes 1, 1/2, …, 1/(H/2) on the first
+      half of the heads, and no position at all on the others;
+    - ``"none"``: no position (a causal decoder still tells positions apart by how many tokens precede them).
+
+    Cross-attention has no position term in any of them.
+    """
+
+    position_embedding_type: str = _option(
+        "sinusoidal",
+        "How self-attention knows where tokens are: 'sinusoidal' (Marian's fixed vectors, up to "
+        "max_position_embeddings), 'rope' (rotary), 'alibi' (a distance penalty per head), 'nape' (ALiBi on half of "
+        "the heads, no position on the others) or 'none'. All but 'sinusoidal' take inputs of any length.",
+    )
+    rope_theta: float | int = _option(10000.0, "Base of RoPE's rotation frequencies (position_embedding_type='rope').")
+
+    def validate_positions(self):
+        """Part of the config's `@strict` validation: a known position type, and what it needs.
+
+        Raises:
+            ValueError: naming the field, its value and what is allowed.
+        """
+        kind = self.position_embedding_type
+        if kind not in POSITION_TYPES:
+            raise ValueError(
+                f"`position_embedding_type` must be one of {', '.join(map(repr, POSITION_TYPES))}, got {kind!r}"
+            )
+        theta = self.rope_theta
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1.0 < theta < float("inf"):
+            raise ValueError(f"`rope_theta` must be a finite number > 1, got {theta!r}")
+        if kind == "rope":
+            for name in ("encoder_attention_heads", "decoder_attention_heads"):
+                heads = getattr(self, name, None)
+                if isinstance(heads, int) and heads > 0 and (self.d_model // heads) % 2:
+                    raise ValueError(
+                        f"RoPE rotates pairs of dimensions, but `d_model` / `{name}` = {self.d_model // heads} is "
+                        "odd: choose sizes with an even head dimension"
+                    )
+        if kind == "nape":
+            for name in ("encoder_attention_heads", "decoder_attention_heads"):
+                heads = getattr(self, name, None)
+                if isinstance(heads, int) and heads < 2:
+                    raise ValueError(
+                        f"NAPE gives half of the heads ALiBi and the other half no position, but `{name}` is {heads}: "
+                        "use at least 2 heads"
+                    )
+
+    def has_absolute_positions(self) -> bool:
+        """Whether positions are a table of ``max_position_embeddings`` vectors, which inputs cannot outgrow."""
+        return self.position_embedding_type == "sinusoidal"
+
+
+def position_limit(config: PreTrainedConfig) -> int | None:
+    """The most tokens a stack of a model of ``config`` takes: ``max_position_embeddings`` where positions are a table
+    (Marian's sinusoidal ones, and any config without `position_embedding_type`), None where they are relative."""
+    if getattr(config, "position_embedding_type", "sinusoidal") != "sinusoidal":
+        return None
+    return getattr(config, "max_position_embeddings", None)
 
 
 @strict
-class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions):
+class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions, PositionOptions):
     r"""
     A [`MarianConfig`] whose attention heads use α-entmax instead of softmax.
 
@@ -207,8 +312,10 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions):
 
     The α fields (`alpha_init`, `learn_alpha`, `alpha_min`, `alpha_max` and their per-attention-type overrides such
     as `cross_alpha_init`) are those of [`AlphaOptions`], documented there; the query scaling fields
-    (`attention_scaling`, its per-attention-type overrides and `attention_scaling_offset`) those of
-    [`ScalingOptions`]; the other fields are Marian's.
+    (`attention_scaling`, its per-attention-type overrides, `attention_scaling_offset` and `attention_scaling_heads`)
+    those of [`ScalingOptions`]; `position_embedding_type` and `rope_theta` those of [`PositionOptions`]; the other
+    fields are Marian's. The same config serves the decoder-only `AdaptiveEntmaxMarianForCausalLM`, which reads the
+    decoder's fields (``decoder_layers``, ``decoder_attention_heads``, …) and ``decoder_self_*`` settings.
 
     Example:
 
@@ -255,9 +362,18 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions):
         return method
 
     def has_learned_scaling(self, attention_type: str) -> bool:
-        """Whether one attention type's queries are scaled by learned per-head parameters (ASEntmax's β and γ), which
-        its modules then hold as weights; softmax_matched scaling has none."""
-        return self.scaling_method(attention_type) == "asentmax"
+        """Whether one attention type's queries are scaled by learned parameters (ASEntmax's β and γ or their
+        projections, SSMax's s), which its modules then hold as weights; softmax_matched scaling has none."""
+        return self.scaling_method(attention_type) in LEARNED_SCALING_METHODS
+
+    def scaled_heads(self, attention_type: str) -> str:
+        """``"all"``, or ``"nope"`` (the heads without ALiBi's bias under NAPE): the heads whose queries one attention
+        type scales. Cross-attention has no position term, so all of its heads scale."""
+        if attention_type == "cross":
+            return "all"
+        if self.attention_scaling_heads is not None:
+            return self.attention_scaling_heads
+        return "nope" if self.position_embedding_type == "nape" else "all"
 
     def validate_sizes(self):
         """Part of `@strict` validation: sizes the model can be built with (not a failure deep inside torch)."""
@@ -384,7 +500,7 @@ def check_generation_settings(
             f"{where}: `max_length`={limit} leaves no room for a token after the decoder's {prompt_length}-token "
             f"start: it must be at least {prompt_length + 1} (or pass max_new_tokens)"
         )
-    positions = getattr(config, "max_position_embeddings", None)
+    positions = position_limit(config)
     if positions is not None and total > positions:
         raise ValueError(
             f"{where}: `{name}`={limit} lets a translation grow to {total} tokens with the decoder's start, but the "
@@ -397,6 +513,8 @@ __all__ = [
     "AdaptiveEntmaxMarianConfig",
     "AlphaOptions",
     "AlphaSettings",
+    "PositionOptions",
     "ScalingOptions",
     "check_generation_settings",
+    "position_limit",
 ]
