@@ -10,6 +10,7 @@ import importlib
 from .modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig
 from .modeling.entmax import entmax, entmax15, sparsemax
 from .modeling.modeling_adaptive_entmax_marian import (
+    AdaptiveEntmaxMarianForCausalLM,
     AdaptiveEntmaxMarianModel,
     AdaptiveEntmaxMarianMTModel,
     AdaptiveEntmaxMarianPreTrainedModel,
@@ -31,6 +32,7 @@ _LAZY_ATTRIBUTES = {
 
 __all__ = [
     "AdaptiveEntmaxMarianConfig",
+    "AdaptiveEntmaxMarianForCausalLM",
     "AdaptiveEntmaxMarianMTModel",
     "AdaptiveEntmaxMarianModel",
     "AdaptiveEntmaxMarianPreTrainedModel",

@@ -92,6 +92,7 @@ class AttentionHeads:
     def __init__(self, alpha, scaling_method: str = "none", beta=None, gamma=None, offset: float = 1.0):
         self.alpha_value, self.scaling_method = alpha, scaling_method
         self.scale_beta, self.scale_gamma, self.scale_offset = beta, gamma, offset
+        self.scaled_heads = None  # every head scales
         self.training = False
 
     def alpha(self):

@@ -21,8 +21,11 @@ from hf_entmax.modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMar
     [
         (
             {"attention_scaling": "asentmx"},
-            "`attention_scaling` must be one of 'none', 'asentmax', 'softmax_matched' or None",
+            "`attention_scaling` must be one of 'none', 'asentmax', 'asentmax_per_token', 'ssmax', "
+            "'softmax_matched' or None",
         ),
+        ({"attention_scaling_heads": "some"}, "`attention_scaling_heads` must be one of 'all', 'nope' or None"),
+        ({"attention_scaling_heads": "nope"}, "only position_embedding_type='nape' has"),
         ({"cross_attention_scaling": "temperature"}, "`cross_attention_scaling` must be one of"),
         ({"cross_attention_scaling": 1}, "cross_attention_scaling"),
         ({"attention_scaling_offset": float("nan")}, "`attention_scaling_offset` must be a finite number >= 0"),
@@ -65,8 +68,8 @@ def recorded_query_scales(model: AdaptiveEntmaxMarianMTModel, monkeypatch) -> di
     recorded: dict[str, list[torch.Tensor]] = {"encoder_self": [], "decoder_self": [], "cross": []}
     query_scale = AdaptiveEntmaxMarianAttention.query_scale
 
-    def recording(module, mask, key_len, dtype):
-        scale = query_scale(module, mask, key_len, dtype)
+    def recording(module, mask, key_len, dtype, query_hidden_states=None):
+        scale = query_scale(module, mask, key_len, dtype, query_hidden_states)
         recorded[module.attention_type].append((module, scale))
         return scale
 

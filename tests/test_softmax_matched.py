@@ -101,7 +101,7 @@ def test_saved_folder_loads_through_the_auto_classes(batch, tmp_path):
 
 
 def test_config_names_the_methods_it_accepts():
-    with pytest.raises(Exception, match="'none', 'asentmax', 'softmax_matched' or None"):
+    with pytest.raises(Exception, match="'ssmax', 'softmax_matched' or None"):
         tiny_config(attention_scaling="matched")
     assert tiny_config(decoder_self_attention_scaling="softmax_matched").scaling_method("decoder_self") == (
         "softmax_matched"

@@ -30,10 +30,11 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+from transformers.modeling_outputs import BaseModelOutput, CausalLMOutputWithCrossAttentions, Seq2SeqLMOutput
 from transformers.models.marian.modeling_marian import (
     MarianAttention,
     MarianDecoder,
@@ -57,6 +58,7 @@ from .configuration_adaptive_entmax_marian import (
     check_generation_settings,
 )
 from .entmax import entmax, is_masked, native_entmax_attention
+from .positions import alibi_slopes, distance_bias, rotate
 from .sparsefinder_attention import (
     OperatingPoint,
     PredictedSparsity,
@@ -122,8 +124,9 @@ def entmax_attention_forward(
 
     Args:
         module: The attention module; its ``alpha()`` gives α per head (a tensor or a float), its
-            ``query_scale(mask, key_len, dtype)`` the scaling factor of each query (softmax_matched's or ASEntmax's;
-            ``None`` without scaling), and its ``predicted_sparsity`` (optional) Sparsefinder's graph.
+            ``query_scale(mask, key_len, dtype, query_hidden_states)`` the scaling factor of each query
+            (softmax_matched's, ASEntmax's or SSMax's; ``None`` without scaling), its ``position_bias`` (optional)
+            ALiBi's distance bias, and its ``predicted_sparsity`` (optional) Sparsefinder's graph.
         query: ``(batch, heads, query_len, head_dim)``.
         key, value: ``(batch, heads, key_len, head_dim)``.
         attention_mask: Additive float mask broadcastable to ``(batch, heads, query_len, key_len)``:
@@ -131,7 +134,9 @@ def entmax_attention_forward(
         scaling: Factor applied to the query, ``head_dim ** -0.5`` by default; with query scaling, times the
             module's ``query_scale`` (a factor per head and query).
         dropout: Dropout probability on the attention probabilities, applied in training only.
-        kwargs: Marian's; ``output_attentions`` (or the config's) says whether the weights are wanted.
+        kwargs: ``query_start`` (the position of the first query: the tokens already cached) and
+            ``query_hidden_states`` (the queries' hidden states, for per-token scaling) from the module; Marian's
+            ``output_attentions`` (or the config's) says whether the weights are wanted.
 
     Returns:
         ``(output, weights)``: ``output`` is ``(batch, query_len, heads, head_dim)`` and contiguous; ``weights`` is
@@ -156,7 +161,9 @@ def entmax_attention_forward(
     # α is in [alpha_min, alpha_max] ⊂ [1, 2] by construction (clamped, or validated in the config).
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    query_scale = module.query_scale(mask, key.shape[-2], compute_dtype)  # None, or (B or 1, H, Lq or 1, 1)
+    query_scale = module.query_scale(
+        mask, key.shape[-2], compute_dtype, query_hidden_states=kwargs.get("query_hidden_states")
+    )  # None, or (B or 1, H, Lq or 1, 1)
     if query_scale is not None:
         scaling = scaling * query_scale
     scaled_query = query.to(compute_dtype) * scaling  # (B, H, Lq, D)
@@ -166,6 +173,13 @@ def entmax_attention_forward(
     # Sparsefinder's pairs, read off the unscaled queries and the mask (after query_scale, which counts every key the
     # mask allows).
     graph = None if predicted_sparsity is None else predicted_sparsity.graph(query, key, mask)  # (B, H, Lq, Lk)
+    # ALiBi's distance bias joins the additive mask, which every kernel adds to the scores (per head and query): a
+    # masked entry stays at or below the mask's floor.
+    position_bias = getattr(module, "position_bias", None)
+    if position_bias is not None:
+        bias = position_bias(kwargs.get("query_start", 0), query.shape[-2], key.shape[-2], compute_dtype, query.device)
+        if bias is not None:
+            mask = bias if mask is None else mask + bias  # (B or 1, H, Lq, Lk)
 
     attended = None
     if native_entmax_attention is not None:  # None without hf_entmax (entmax.py imports it)
@@ -252,17 +266,94 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             self.alpha_logits = nn.Parameter(torch.zeros(num_heads))
         else:
             self.register_parameter("alpha_logits", None)
-        # Query scaling (`query_scale`): ASEntmax's learned temperature per head (β, γ), or softmax_matched's n^(1−α).
+        # Positions (positions.py): cross-attention has none; self-attention rotates (RoPE) or biases (ALiBi, NAPE).
+        self.position_type = "none" if attention_type == "cross" else config.position_embedding_type
+        self.rope_theta = float(config.rope_theta)
+        self.alibi_slopes = alibi_slopes(self.position_type, num_heads)
+        # Query scaling (`query_scale`): ASEntmax's learned temperature (β, γ per head, or from each token), SSMax's
+        # s · log n, or softmax_matched's n^(1−α); under NAPE by default on the heads without ALiBi's bias only.
         self.scaling_method = config.scaling_method(attention_type)
         self.scale_offset = float(config.attention_scaling_offset)
-        if config.has_learned_scaling(attention_type):
+        self.scaled_heads = None  # all
+        if self.scaling_method != "none" and config.scaled_heads(attention_type) == "nope":
+            self.scaled_heads = tuple(slope == 0.0 for slope in self.alibi_slopes)
+        for name in ("scale_beta", "scale_gamma"):
+            self.register_parameter(name, None)
+        self.scale_beta_proj = self.scale_gamma_proj = None
+        if self.scaling_method in ("asentmax", "ssmax"):
             self.scale_beta = nn.Parameter(torch.empty(num_heads))
+        if self.scaling_method == "asentmax":
             self.scale_gamma = nn.Parameter(torch.empty(num_heads))
-        else:
-            self.register_parameter("scale_beta", None)
-            self.register_parameter("scale_gamma", None)
+        if self.scaling_method == "asentmax_per_token":
+            # As the reference: linear maps of each query token's hidden state, without bias.
+            self.scale_beta_proj = nn.Linear(config.d_model, num_heads, bias=False)
+            self.scale_gamma_proj = nn.Linear(config.d_model, num_heads, bias=False)
         # Sparsefinder's graph for this module (`set_predicted_sparsity`); None attends over every allowed key.
         self.predicted_sparsity = None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Marian's attention, with the positions of self-attention: RoPE rotates the new queries and keys before the
+        cache keeps the keys; ALiBi's bias and the query scaling are added by `entmax_attention_forward`, which gets
+        the position of the first query (``query_start``) and, for per-token scaling, the queries' hidden states.
+
+        Args:
+            hidden_states: ``(batch, query_len, d_model)``.
+            key_value_states: The encoder's output ``(batch, source_len, d_model)`` for cross-attention, else None.
+            cache: The decoder's cache (an ``EncoderDecoderCache``, or a ``DynamicCache`` in the decoder-only model).
+            attention_mask: Additive mask ``(batch, 1, query_len, key_len)``, or None.
+
+        Returns:
+            ``(output, weights)``: ``(batch, query_len, d_model)`` and as `entmax_attention_forward` returns them.
+        """
+        is_cross_attention = key_value_states is not None
+        input_shape = hidden_states.shape[:-1]
+        query = self.q_proj(hidden_states).view(*input_shape, -1, self.head_dim).transpose(1, 2)  # (B, H, Lq, D)
+        layer_cache = cache
+        if isinstance(cache, EncoderDecoderCache):
+            layer_cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
+        # The queries follow the tokens already cached, which is how Marian's decoder numbers its positions.
+        query_start = 0
+        if layer_cache is not None and not is_cross_attention:
+            query_start = layer_cache.get_seq_length(self.layer_idx)
+        if is_cross_attention and isinstance(cache, EncoderDecoderCache) and cache.is_updated.get(self.layer_idx):
+            # The encoder's keys and values were cached at the first decoding step.
+            key = layer_cache.layers[self.layer_idx].keys
+            value = layer_cache.layers[self.layer_idx].values
+        else:
+            source = key_value_states if is_cross_attention else hidden_states
+            source_shape = (*source.shape[:-1], -1, self.head_dim)
+            key = self.k_proj(source).view(source_shape).transpose(1, 2)
+            value = self.v_proj(source).view(source_shape).transpose(1, 2)
+            if self.position_type == "rope":
+                query = rotate(query, query_start, self.rope_theta)
+                key = rotate(key, query_start, self.rope_theta)
+            if layer_cache is not None:
+                key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)
+                if is_cross_attention and isinstance(cache, EncoderDecoderCache):
+                    cache.is_updated[self.layer_idx] = True
+        # Called directly rather than looked up by name: α-entmax is the model, and a copy of this file loaded as
+        # remote code in the same process registers its own function under the same name.
+        output, weights = entmax_attention_forward(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            query_start=query_start,
+            query_hidden_states=hidden_states,
+            **kwargs,
+        )
+        output = self.out_proj(output.reshape(*input_shape, -1).contiguous())
+        return output, weights
 
     def initial_alpha_logits(self) -> torch.Tensor:
         """Fresh ``(num_heads,)`` α logits for the configured start: the paper's N(0, 1) for ``"random"`` (α = 1 +
@@ -284,12 +375,23 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         alpha = 1.0 + torch.sigmoid(self.alpha_logits)
         return alpha.clamp(self.alpha_settings.minimum, self.alpha_settings.maximum)
 
-    def query_scale(self, mask: torch.Tensor | None, key_len: int, dtype: torch.dtype) -> torch.Tensor | None:
+    def query_scale(
+        self,
+        mask: torch.Tensor | None,
+        key_len: int,
+        dtype: torch.dtype,
+        query_hidden_states: torch.Tensor | None = None,
+    ) -> torch.Tensor | None:
         """The factor on each query before α-entmax, for a query that may attend to n keys; ``None`` without scaling.
 
-        - ``"asentmax"``: `asentmax_scale`, ``δ + β_h · log(n + 1) ** γ_h``, a learned temperature per head.
+        - ``"asentmax"``: `asentmax_scale`, ``δ + β_h · log(n + 1) ** γ_h``, a learned temperature per head;
+        - ``"asentmax_per_token"``: the same with ``β = softplus(W_β h)`` and ``γ = 2 · tanh(W_γ h)`` from the query
+          token's hidden state h (ASEntmax's adaptive variant);
+        - ``"ssmax"``: ``s_h · log(n + 1)``, scalable softmax (`asentmax_scale` with δ = 0 and γ = 1);
         - ``"softmax_matched"``: ``n ** (1 − α_h)``, which makes every head as sharp as softmax at uniform attention
           (why: docs/model.md, "Softmax-matched queries").
+
+        Heads that do not scale (`attention_scaling_heads`, e.g. NAPE's ALiBi heads) get 1.
 
         n is the number of keys the query may attend to, read from the mask: the real source tokens in encoder
         self-attention and cross-attention, the causal prefix in decoder self-attention (growing by one per step in
@@ -300,6 +402,8 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
                 value masks it), or ``None``: every query sees all ``key_len`` keys.
             key_len: Number of keys.
             dtype: Dtype of the result (that of the attention scores).
+            query_hidden_states: ``(batch, query_len, d_model)``, the input of the query projection; per-token
+                scaling needs it.
 
         Returns:
             ``(batch or 1, heads or 1, query_len or 1, 1)``, or ``None``.
@@ -315,9 +419,34 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             alpha = self.alpha()
             if isinstance(alpha, torch.Tensor):
                 alpha = alpha.to(dtype).view(1, -1, 1, 1)
-            return visible.pow(1.0 - alpha)
-        beta, gamma = (parameter.to(dtype).view(1, -1, 1, 1) for parameter in (self.scale_beta, self.scale_gamma))
-        return asentmax_scale(visible, beta, gamma, self.scale_offset)
+            scale = visible.pow(1.0 - alpha)
+        elif self.scaling_method == "asentmax_per_token":
+            if query_hidden_states is None:
+                raise ValueError("per-token query scaling needs the queries' hidden states (query_hidden_states)")
+            states = query_hidden_states.to(dtype)
+            beta = nn.functional.softplus(self.scale_beta_proj(states).transpose(1, 2).unsqueeze(-1).to(dtype))
+            gamma = 2.0 * torch.tanh(self.scale_gamma_proj(states).transpose(1, 2).unsqueeze(-1).to(dtype))
+            scale = asentmax_scale(visible, beta, gamma, self.scale_offset)  # (B, H, Lq, 1)
+        else:
+            beta = self.scale_beta.to(dtype).view(1, -1, 1, 1)
+            if self.scaling_method == "ssmax":
+                scale = asentmax_scale(visible, beta, torch.ones_like(beta), 0.0)
+            else:
+                gamma = self.scale_gamma.to(dtype).view(1, -1, 1, 1)
+                scale = asentmax_scale(visible, beta, gamma, self.scale_offset)
+        if self.scaled_heads is not None:
+            scaled = torch.tensor(self.scaled_heads, device=scale.device).view(1, -1, 1, 1)
+            scale = torch.where(scaled, scale, torch.ones((), dtype=dtype, device=scale.device))
+        return scale
+
+    def position_bias(
+        self, query_start: int | torch.Tensor, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor | None:
+        """ALiBi's (or NAPE's) distance bias ``(1, heads, query_len, key_len)`` for queries from position
+        ``query_start`` on, or None for positions without one (`positions.distance_bias`)."""
+        if self.alibi_slopes is None:
+            return None
+        return distance_bias(self.alibi_slopes, query_start, query_len, key_len, dtype, device)
 
 
 class AdaptiveEntmaxMarianEncoderLayer(MarianEncoderLayer):
@@ -339,7 +468,8 @@ class AdaptiveEntmaxMarianEncoderLayer(MarianEncoderLayer):
 
 
 class AdaptiveEntmaxMarianDecoderLayer(MarianDecoderLayer):
-    """Marian's decoder layer with α-entmax self-attention and cross-attention."""
+    """Marian's decoder layer with α-entmax self-attention and cross-attention (self-attention only in a decoder-only
+    model)."""
 
     def __init__(self, config: AdaptiveEntmaxMarianConfig, layer_idx: int | None = None):
         GradientCheckpointingLayer.__init__(self)
@@ -356,10 +486,14 @@ class AdaptiveEntmaxMarianDecoderLayer(MarianDecoderLayer):
         self.activation_fn = ACT2FN[config.activation_function]
         self.activation_dropout = config.activation_dropout
         self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
-        self.encoder_attn = AdaptiveEntmaxMarianAttention(
-            config, "cross", config.decoder_attention_heads, is_decoder=True, layer_idx=layer_idx
-        )
-        self.encoder_attn_layer_norm = nn.LayerNorm(self.embed_dim)
+        # The decoder-only model (AdaptiveEntmaxMarianForCausalLM) has no encoder to attend to, and no cross-attention
+        # weights; Marian's forward skips the block without encoder states.
+        self.encoder_attn = self.encoder_attn_layer_norm = None
+        if config.is_encoder_decoder:
+            self.encoder_attn = AdaptiveEntmaxMarianAttention(
+                config, "cross", config.decoder_attention_heads, is_decoder=True, layer_idx=layer_idx
+            )
+            self.encoder_attn_layer_norm = nn.LayerNorm(self.embed_dim)
         self.fc1 = nn.Linear(self.embed_dim, config.decoder_ffn_dim)
         self.fc2 = nn.Linear(config.decoder_ffn_dim, self.embed_dim)
         self.final_layer_norm = nn.LayerNorm(self.embed_dim)
@@ -630,10 +764,13 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
         if isinstance(module, AdaptiveEntmaxMarianAttention) and module.alpha_logits is not None:
             # `init.copy_` leaves logits that were loaded from a checkpoint alone.
             init.copy_(module.alpha_logits, module.initial_alpha_logits())
-        if isinstance(module, AdaptiveEntmaxMarianAttention) and module.scale_beta is not None:
+        if isinstance(module, AdaptiveEntmaxMarianAttention) and module.scaling_method == "asentmax":
             # ASEntmax's reference start: β ~ U(0.1, 1), γ ~ N(0, 0.1²).
             init.uniform_(module.scale_beta, 0.1, 1.0)
             init.normal_(module.scale_gamma, 0.0, 0.1)
+        if isinstance(module, AdaptiveEntmaxMarianAttention) and module.scaling_method == "ssmax":
+            # The reference's start of SSMax's s: N(1, 0.01²). (Per-token scaling's maps start as any linear layer.)
+            init.normal_(module.scale_beta, 1.0, 0.01)
 
     def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
         # α-entmax is the model: whatever a caller asks for, attention goes through it.
@@ -642,10 +779,11 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """Save as any model does, plus what lets anyone load the folder without hf_entmax.
 
-        The folder gets this file and its flat companions (config, entmax, translation pipeline),
-        an ``auto_map`` for ``AutoConfig``, ``AutoModel`` and ``AutoModelForSeq2SeqLM``, and a
-        ``custom_pipelines`` entry that makes ``pipeline("translation", model=folder,
-        trust_remote_code=True)`` work. Arguments are those of ``PreTrainedModel.save_pretrained``.
+        The folder gets this file and its flat companions (config, entmax, positions, Sparsefinder, translation
+        pipeline); for the translation model an ``auto_map`` for ``AutoConfig``, ``AutoModel`` and
+        ``AutoModelForSeq2SeqLM``, and a ``custom_pipelines`` entry that makes ``pipeline("translation", model=folder,
+        trust_remote_code=True)`` work; for the decoder-only model an ``auto_map`` for ``AutoConfig`` and
+        ``AutoModelForCausalLM``. Arguments are those of ``PreTrainedModel.save_pretrained``.
         """
         # Imported here: the pipeline's module loads transformers' pipelines and with them every tokenizer backend,
         # which only saving needs, so that importing the model stays light.
@@ -657,22 +795,29 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
             AdaptiveEntmaxMarianConfig,
             AdaptiveEntmaxMarianMTModel,
             entmax,
+            rotate,
             apply_predicted_sparsity,
             TranslationPipeline,
         ):
             shutil.copy(sys.modules[source.__module__].__file__, save_directory)
-        self.config.auto_map = {
-            "AutoConfig": _class_reference(AdaptiveEntmaxMarianConfig),
-            "AutoModel": _class_reference(AdaptiveEntmaxMarianModel),
-            "AutoModelForSeq2SeqLM": _class_reference(AdaptiveEntmaxMarianMTModel),
-        }
-        self.config.custom_pipelines = {
-            "translation": {
-                "impl": _class_reference(TranslationPipeline),
-                "pt": ["AutoModelForSeq2SeqLM"],
-                "type": "text",
+        if self.config.is_encoder_decoder:
+            self.config.auto_map = {
+                "AutoConfig": _class_reference(AdaptiveEntmaxMarianConfig),
+                "AutoModel": _class_reference(AdaptiveEntmaxMarianModel),
+                "AutoModelForSeq2SeqLM": _class_reference(AdaptiveEntmaxMarianMTModel),
             }
-        }
+            self.config.custom_pipelines = {
+                "translation": {
+                    "impl": _class_reference(TranslationPipeline),
+                    "pt": ["AutoModelForSeq2SeqLM"],
+                    "type": "text",
+                }
+            }
+        else:  # the decoder-only model: transformers' own "text-generation" pipeline serves it
+            self.config.auto_map = {
+                "AutoConfig": _class_reference(AdaptiveEntmaxMarianConfig),
+                "AutoModelForCausalLM": _class_reference(AdaptiveEntmaxMarianForCausalLM),
+            }
         super().save_pretrained(save_directory, *args, **kwargs)
 
     def set_predicted_sparsity(
@@ -741,6 +886,14 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
         }
 
 
+class NoAbsolutePositions(nn.Module):
+    """What Marian's stacks add to the token embeddings as positions (``embed_positions``) when positions act inside
+    self-attention instead (RoPE, ALiBi, NAPE) or nowhere: nothing."""
+
+    def forward(self, *args, **kwargs) -> float:
+        return 0.0
+
+
 def _build_stack(
     stack: nn.Module, config: AdaptiveEntmaxMarianConfig, vocab_size: int, layers: list[nn.Module], layerdrop: float
 ) -> None:
@@ -750,9 +903,12 @@ def _build_stack(
     stack.padding_idx = config.pad_token_id
     stack.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
     stack.embed_tokens = nn.Embedding(vocab_size, config.d_model, stack.padding_idx)
-    stack.embed_positions = MarianSinusoidalPositionalEmbedding(
-        config.max_position_embeddings, config.d_model, stack.padding_idx
-    )
+    if config.has_absolute_positions():
+        stack.embed_positions = MarianSinusoidalPositionalEmbedding(
+            config.max_position_embeddings, config.d_model, stack.padding_idx
+        )
+    else:
+        stack.embed_positions = NoAbsolutePositions()
     stack.layers = nn.ModuleList(layers)
     stack.gradient_checkpointing = False
 
@@ -873,6 +1029,103 @@ class AdaptiveEntmaxMarianMTModel(AdaptiveEntmaxMarianPreTrainedModel, MarianMTM
         return Seq2SeqLMOutput(loss=target_token_loss(outputs.logits, labels), **outputs)
 
 
+class AdaptiveEntmaxMarianDecoderWrapper(AdaptiveEntmaxMarianPreTrainedModel):
+    """The decoder under the name ``decoder``, so that the decoder-only model's weights are ``model.decoder.*`` as in
+    the translation model and in `MarianForCausalLM`."""
+
+    def __init__(self, config: AdaptiveEntmaxMarianConfig):
+        MarianPreTrainedModel.__init__(self, config)
+        self.decoder = AdaptiveEntmaxMarianDecoder(config)
+        self.post_init()
+
+    def forward(self, *args, **kwargs):
+        return self.decoder(*args, **kwargs)
+
+
+class AdaptiveEntmaxMarianForCausalLM(AdaptiveEntmaxMarianPreTrainedModel, GenerationMixin):
+    """AdaptiveEntmaxMarian's decoder alone with a language-modelling head: a decoder-only model (like
+    `MarianForCausalLM`), with α-entmax self-attention and the same α, query scaling and position options.
+
+    It reads the config's decoder fields (``decoder_layers``, ``decoder_attention_heads``, ``decoder_ffn_dim``,
+    ``decoder_vocab_size``, the ``decoder_self_*`` α and scaling settings) and sets ``is_decoder=True``,
+    ``is_encoder_decoder=False``. Sequence-to-sequence tasks are one sequence, e.g. ``<bos> source <sep> target
+    <eos>``, with the loss on the target (labels −100 elsewhere), as ASEntmax's reference trains its synthetic tasks.
+
+    Unlike `MarianForCausalLM`, labels are the inputs themselves, shifted inside the model (the convention of GPT-2
+    and Llama, which transformers' language-modelling collators follow): ``labels[:, t]`` is predicted at ``t − 1``.
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+
+    def __init__(self, config: AdaptiveEntmaxMarianConfig):
+        config.is_decoder = True
+        config.is_encoder_decoder = False
+        MarianPreTrainedModel.__init__(self, config)
+        self.model = AdaptiveEntmaxMarianDecoderWrapper(config)
+        self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.decoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.decoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithCrossAttentions:
+        """Next-token logits of every position (or of the last ``logits_to_keep``), and with ``labels`` the loss.
+
+        Args:
+            input_ids: ``(batch, length)`` token ids (padded on the left for batched generation).
+            attention_mask: ``(batch, length)``, 1 for tokens and 0 for padding (with a cache: of the whole sequence).
+            cache: The key/value cache of earlier steps (a ``DynamicCache``), when decoding one token at a time.
+            labels: ``(batch, length)``: the inputs, −100 where no prediction counts (a task's prompt, padding).
+                The logits at position t − 1 are scored against ``labels[:, t]``.
+            logits_to_keep: Keep the logits of the last this many positions only (0: all).
+
+        Returns:
+            ``logits`` ``(batch, length or logits_to_keep, vocab)``; ``loss``: the mean cross-entropy of the label
+            tokens (`target_token_loss`: 0 with zero gradients for labels without any).
+        """
+        if labels is not None:
+            use_cache = False
+        cache_kwargs = {} if cache is None else {"cache": cache}
+        outputs = self.model.decoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **cache_kwargs,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
+            hidden_states = hidden_states[:, -logits_to_keep:]
+        elif isinstance(logits_to_keep, torch.Tensor):
+            hidden_states = hidden_states[:, logits_to_keep]
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            loss = target_token_loss(logits[:, :-1], labels[:, 1:])
+        return CausalLMOutputWithCrossAttentions(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
 def _class_reference(cls: type) -> str:
     """``"module.Class"`` as config.json's ``auto_map`` names a class in a flat remote-code folder."""
     return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
@@ -880,6 +1133,7 @@ def _class_reference(cls: type) -> str:
 
 __all__ = [
     "AdaptiveEntmaxMarianAttention",
+    "AdaptiveEntmaxMarianForCausalLM",
     "AdaptiveEntmaxMarianMTModel",
     "AdaptiveEntmaxMarianModel",
     "AdaptiveEntmaxMarianPreTrainedModel",

@@ -1,0 +1,80 @@
+"""Positions that act inside self-attention: RoPE's rotation and ALiBi's (and NAPE's) distance bias.
+
+Marian adds a table of sinusoidal vectors to the token embeddings; a position past the table does not exist, so a
+model cannot read inputs longer than ``max_position_embeddings``. The positions here depend only on the distance
+between a query and a key, so they apply at any length (`PositionOptions` in the config says which a model uses):
+
+- RoPE (Su et al., 2021) rotates every pair of dimensions ``(x_d, x_{d + D/2})`` of a query or key at position p by
+  the angle ``p · θ^(−2d/D)``; the product of a rotated query and key then depends on their distance alone.
+- ALiBi (Press et al., 2022) adds ``−slope_h · |i − j|`` to the score of query i and key j in head h.
+- NAPE (Vasylenko et al., 2026, ASEntmax's reference) is ALiBi on the first half of the heads, with slopes
+  1, 1/2, …, 1/(H/2), and no position at all on the other half ("NoPE" heads), which a causal decoder tells apart by
+  how many tokens precede them.
+
+A position is the index of a token in its sequence, counting the tokens already in the cache while decoding. Padding
+on the left (batched generation of a decoder-only model) shifts every position of a row by the same amount, which
+changes neither a distance nor a rotated product.
+
+This file is copied to the Hub next to the model, so it needs nothing but torch.
+"""
+
+import torch
+
+
+def alibi_slopes(position_type: str, num_heads: int) -> tuple[float, ...] | None:
+    """ALiBi's slope of every head, or None for position types without a distance bias.
+
+    ``"alibi"``: ``2^(−8h/H)`` for h = 1 … H (Press et al.'s geometric sequence); ``"nape"``: 1, 1/2, …, 1/(H // 2) for
+    the first H // 2 heads and 0 (no position) for the others, as ASEntmax's reference.
+    """
+    if position_type == "alibi":
+        return tuple(2.0 ** (-8.0 * head / num_heads) for head in range(1, num_heads + 1))
+    if position_type == "nape":
+        biased = num_heads // 2
+        return tuple(1.0 / head for head in range(1, biased + 1)) + (0.0,) * (num_heads - biased)
+    return None
+
+
+def distance_bias(
+    slopes: tuple[float, ...], query_start: int | torch.Tensor, query_len: int, key_len: int, dtype, device
+) -> torch.Tensor:
+    """ALiBi's bias ``−slope_h · |i − j|`` for queries at positions ``query_start … query_start + query_len − 1`` and
+    keys at ``0 … key_len − 1``.
+
+    The same formula serves the encoder (keys on both sides) and a causal decoder, where the keys after a query are
+    masked anyway: there it is ALiBi's ``slope_h · (j − i)``.
+
+    Returns:
+        ``(1, heads, query_len, key_len)`` in ``dtype``.
+    """
+    query_positions = torch.arange(query_len, device=device) + query_start
+    key_positions = torch.arange(key_len, device=device)
+    distance = (key_positions[None, :] - query_positions[:, None]).abs().to(dtype)  # (Lq, Lk)
+    return -torch.tensor(slopes, dtype=dtype, device=device).view(1, -1, 1, 1) * distance
+
+
+def rotate(states: torch.Tensor, query_start: int | torch.Tensor, theta: float) -> torch.Tensor:
+    """RoPE: ``states`` at positions ``query_start …`` rotated, dimension d paired with d + D/2 (as Llama does).
+
+    Args:
+        states: Queries or keys ``(batch, heads, length, head_dim)``, ``head_dim`` even.
+        query_start: Position of the first of them (the number of tokens already cached).
+        theta: Base of the frequencies ``θ^(−2d/D)``.
+
+    Returns:
+        The rotated states, same shape and dtype (the angles are computed in float32 at least: positions in the
+        thousands times a frequency need its precision).
+    """
+    length, head_dim = states.shape[-2], states.shape[-1]
+    half = head_dim // 2
+    dtype = torch.promote_types(states.dtype, torch.float32)
+    frequencies = theta ** (-torch.arange(half, dtype=dtype, device=states.device) / half)  # (D/2,)
+    positions = (torch.arange(length, device=states.device) + query_start).to(dtype)
+    angles = positions[:, None] * frequencies[None, :]  # (L, D/2)
+    cos, sin = angles.cos(), angles.sin()
+    first, second = states[..., :half].to(dtype), states[..., half:].to(dtype)
+    rotated = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+    return rotated.to(states.dtype)
+
+
+__all__ = ["alibi_slopes", "distance_bias", "rotate"]
