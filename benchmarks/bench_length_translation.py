@@ -17,11 +17,12 @@
    line, its references joined likewise the reference. k = 1 is the ordinary test set.
 3. Scoring. `hf-entmax translate --reference … --metrics_file …` translates each input file with the model's
    generation settings (beam 4, as in training's evaluation), ``--max_new_tokens`` k × ``--max_new_tokens_per_join``
-   (64: 1.7× the longest test reference, 37 tokens) but at most the model's positions − 1, and scores sacreBLEU BLEU
-   and chrF against the joined references. Translations already scored are read, not repeated. On long inputs a model
-   trained on sentences often repeats itself until the limit, so the limit, not the model, sets most of the cost: a
-   limit far beyond any reference only makes those outputs longer and slower. ``--test_sentences N`` uses the first N
-   test sentences (a multiple of the largest k keeps every group).
+   (64: 1.7× the longest test reference, 37 tokens) but at most the model's positions − 1 (sinusoidal positions; the
+   others have no limit), and scores sacreBLEU BLEU and chrF against the joined references. Translations already
+   scored are read, not repeated. On long inputs a model trained on sentences often repeats itself until the limit,
+   so the limit, not the model, sets most of the cost: a limit far beyond any reference only makes those outputs
+   longer and slower. ``--test_sentences N`` uses the first N test sentences (a multiple of the largest k keeps every
+   group).
 
 Positions: Marian's sinusoidal position vectors are fixed, not learned, but a model trained on single sentences has
 only ever read the positions its training sentences reach (the output states the longest); joined inputs go beyond
@@ -51,6 +52,7 @@ from tables import write_tables
 
 from hf_entmax import AdaptiveEntmaxMarianConfig
 from hf_entmax.common.model_folder import load_tokenizer
+from hf_entmax.modeling.configuration_adaptive_entmax_marian import position_limit
 
 
 TABLE = "length-translation"
@@ -154,8 +156,9 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
     scores low for its length alone, whatever the sentence's quality)."""
     metrics_file, output_file = target / f"k{k}.json", target / f"k{k}.txt"
     if not metrics_file.exists():
-        positions = json.loads((folder / "config.json").read_text())["max_position_embeddings"]
-        max_new_tokens = min(k * arguments.max_new_tokens_per_join, positions - 1)
+        positions = position_limit(AdaptiveEntmaxMarianConfig.from_pretrained(folder))  # None: relative positions
+        max_new_tokens = k * arguments.max_new_tokens_per_join
+        max_new_tokens = max_new_tokens if positions is None else min(max_new_tokens, positions - 1)
         command = ["hf-entmax", "translate", "--model", str(folder), "--input", str(files["source"])]
         command += ["--output", str(output_file), "--reference", str(files["reference"])]
         command += ["--metrics_file", str(metrics_file), "--max_new_tokens", str(max_new_tokens)]

@@ -298,7 +298,8 @@ def test_alpha_learning_rate_zero_freezes_alpha(tmp_path, files):
         (["--learn_alpha", "maybe"], "argument --learn_alpha/--learn-alpha: Truthy value expected"),
         (
             ["--attention_scaling", "asentmx"],
-            "--attention_scaling must be one of none, asentmax, softmax_matched, got 'asentmx'",
+            "--attention_scaling must be one of none, asentmax, asentmax_per_token, ssmax, softmax_matched, got "
+            "'asentmx'",
         ),
         (["--attention_scaling_offset", "-1"], "--attention_scaling_offset must be a finite number >= 0, got '-1'"),
     ],

@@ -14,8 +14,9 @@ from tqdm.auto import tqdm
 from transformers import MarianMTModel, PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.models.marian.modeling_marian import shift_tokens_right
 
+from ..common.config import describe_positions
 from ..errors import HfEntmaxValueError
-from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES
+from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, position_limit
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianPreTrainedModel, asentmax_scale
 from .inputs import load_analysable_model, read_alpha_history
 from .statistics import (
@@ -147,6 +148,7 @@ class ModelAnalysis:
         alpha_history: α per head at every logged training step (``alpha_history.json``), if known.
         examples: Attention of a few sentence pairs, for attention maps.
         source: The folder the model was loaded from, if any.
+        positions: How the model knows where tokens are, in words (`describe_positions`), if known.
     """
 
     name: str
@@ -157,6 +159,7 @@ class ModelAnalysis:
     alpha_history: list[dict] | None = None
     examples: list[AttentionExample] = field(default_factory=list)
     source: str | None = None
+    positions: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The numbers as plain JSON-ready data (the examples' attention tensors are left out)."""
@@ -166,6 +169,7 @@ class ModelAnalysis:
             "source": self.source,
             "num_sentences": self.num_sentences,
             "decoder_inputs": self.decoder_inputs,
+            "positions": self.positions,
             "attention": {kind: statistics.to_dict() for kind, statistics in self.attention.items()},
             "alpha_history": self.alpha_history,
         }
@@ -250,6 +254,7 @@ def analyze_model(
         alpha_history=read_alpha_history(source_folder) if source_folder else None,
         examples=collector.examples,
         source=str(source_folder) if source_folder else None,
+        positions=describe_positions(model.config),
     )
 
 
@@ -324,11 +329,14 @@ def teacher_forced_attention(
     translations, returning every attention probability.
 
     Args:
-        max_length: Longest source, reference or generated translation, in tokens (at most the model's positions).
+        max_length: Longest source, reference or generated translation, in tokens (at most the model's positions,
+            where they are a table).
     """
     config = model.config
-    # Positions beyond the position embeddings do not exist (the start token takes one more).
-    max_length = min(max_length, config.max_position_embeddings - 1)
+    positions = position_limit(config)
+    if positions is not None:
+        # Positions beyond the position embeddings do not exist (the start token takes one more).
+        max_length = min(max_length, positions - 1)
     encoded = dict(tokenizer(sources, return_tensors="pt", padding=True, truncation=True, max_length=max_length))
     inputs = {key: encoded[key].to(model.device) for key in ("input_ids", "attention_mask")}
     if targets is not None:

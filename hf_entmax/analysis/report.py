@@ -173,7 +173,10 @@ def render_markdown(report: dict[str, Any], analyses: list[ModelAnalysis]) -> st
     if report["comparison"]:
         lines += ["## Comparison", "", *[f"- {sentence}" for sentence in report["comparison"]], ""]
     for model in report["models"]:
-        lines += [f"## Findings: {model['name']}", "", *[f"- {sentence}" for sentence in model["findings"]], ""]
+        # Where the heads get positions from shapes what they can do with them (a positional head under NAPE may be
+        # an ALiBi head): said before the findings. The model card says it in its own introduction.
+        sentences = ([f"Positions: {model['positions']}."] if model.get("positions") else []) + model["findings"]
+        lines += [f"## Findings: {model['name']}", "", *[f"- {sentence}" for sentence in sentences], ""]
     lines += ["## Figures", ""]
     for name, file in report["figures"].items():
         lines += [f"![{FIGURES[name][1]}]({file})", "", f"*{FIGURES[name][1]}*", ""]

@@ -28,7 +28,9 @@ from ..common.model_folder import MODEL_TYPE_NAMES, check_model_folder, load_con
 from ..common.outputs import line_output, same_file, write_text_atomically
 from ..common.text_files import listed_lines, read_aligned_lines, read_lines
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxValueError, last_line
+from ..modeling.configuration_adaptive_entmax_marian import position_limit
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
+from ..modeling.pipeline_translation import UNLIMITED_TOKENIZER_LENGTH
 from ..modeling.sparsefinder_attention import PREDICTOR_FILE, SparsefinderPredictor, split_sparsity_settings
 from ..training.metrics import corpus_scores
 from .parsing import CommandParser
@@ -178,10 +180,13 @@ def load_translation_model(
     return loaded.to(device).eval(), tokenizer
 
 
-def source_length_limit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:
-    """The most source tokens (with ``</s>``) the model accepts: the tokenizer's and the position table's limit."""
-    limits = [tokenizer.model_max_length, getattr(model.config, "max_position_embeddings", None)]
-    return min(limit for limit in limits if limit is not None)
+def source_length_limit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The most source tokens (with ``</s>``) the model accepts: the tokenizer's and the position table's limit, or
+    None where neither sets one (relative positions, and a tokenizer without a length)."""
+    limits = [position_limit(model.config)]
+    if tokenizer.model_max_length is not None and tokenizer.model_max_length < UNLIMITED_TOKENIZER_LENGTH:
+        limits.append(tokenizer.model_max_length)
+    return min((limit for limit in limits if limit is not None), default=None)
 
 
 def translate_lines(
@@ -253,7 +258,7 @@ def iter_translations(
         # The decoder start token counts in `max_length`, so for an encoder–decoder this is exactly
         # `max_new_tokens`, without transformers' warning about both limits when the generation config sets one.
         generate_kwargs["max_length"] = max_new_tokens + 1
-        positions = getattr(model.config, "max_position_embeddings", None)
+        positions = position_limit(model.config)
         if positions is not None and max_new_tokens + 1 > positions:
             raise HfEntmaxValueError(
                 f"`max_new_tokens` {max_new_tokens} is more than this model can generate: with the start token the "
@@ -263,11 +268,16 @@ def iter_translations(
     sentences = {index: line.strip() for index, line in enumerate(lines) if line.strip()}
     max_source_length = source_length_limit(model, tokenizer)
     # Counted up to one past the limit: enough to sort and to find the lines that will be truncated, without
-    # tokenizing a huge line whole (or transformers' own warning about it).
+    # tokenizing a huge line whole (or transformers' own warning about it). Without a limit, nothing is truncated.
     texts = list(sentences.values())
-    token_ids = tokenizer(texts, truncation=True, max_length=max_source_length + 1)["input_ids"] if texts else []
+    counting = {} if max_source_length is None else {"truncation": True, "max_length": max_source_length + 1}
+    token_ids = tokenizer(texts, **counting)["input_ids"] if texts else []
     token_counts = dict(zip(sentences, map(len, token_ids), strict=True))
-    too_long = [index + 1 for index, count in token_counts.items() if count > max_source_length]
+    too_long = (
+        []
+        if max_source_length is None
+        else [index + 1 for index, count in token_counts.items() if count > max_source_length]
+    )
     if too_long:
         logger.warning(
             f"input longer than the model's limit of {max_source_length} tokens was truncated to it on "
@@ -291,7 +301,7 @@ def iter_translations(
                 inputs = tokenizer(
                     [sentences[index] for index in batch],
                     padding=True,
-                    truncation=True,
+                    truncation=max_source_length is not None,
                     max_length=max_source_length,
                     return_tensors="pt",
                 ).to(model.device)

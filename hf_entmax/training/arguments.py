@@ -13,7 +13,14 @@ from transformers import Seq2SeqTrainingArguments
 from transformers.hf_argparser import string_to_bool
 
 from ..errors import HfEntmaxValueError
-from ..modeling.configuration_adaptive_entmax_marian import SCALING_METHODS, AlphaOptions, ScalingOptions
+from ..modeling.configuration_adaptive_entmax_marian import (
+    POSITION_TYPES,
+    SCALED_HEADS,
+    SCALING_METHODS,
+    AlphaOptions,
+    PositionOptions,
+    ScalingOptions,
+)
 from .presets import MODEL_PRESETS
 from .recipes import RECIPE_CHOICES, RECIPES, START_DEFAULTS, describe_recipe_settings
 
@@ -69,8 +76,8 @@ def check_length(flag: str, value: int | None) -> None:
 
 
 def attention_flag_help(option: Field, not_given: str) -> str:
-    """The help of an attention option (α or query scaling) as a flag: its own help, and what happens when it is not
-    given."""
+    """The help of a model option (α, query scaling, positions) as a flag: its own help, and what happens when it is
+    not given."""
     return f"{option.metadata['help']} Not given: {not_given}"
 
 
@@ -78,18 +85,10 @@ def attention_flag_help(option: Field, not_given: str) -> str:
 ATTENTION_OPTIONS = (*fields(AlphaOptions), *fields(ScalingOptions))
 ATTENTION_OPTION_NAMES = tuple(option.name for option in ATTENTION_OPTIONS)
 SCALING_OPTION_NAMES = tuple(option.name for option in fields(ScalingOptions))
-
-
-def _as_flag(option: Field) -> tuple[str, type, Field]:
-    """An attention option as a `hf-entmax train` flag that defaults to None, i.e. "not given".
-
-    A flag that is not given keeps the starting checkpoint's setting (see `hf_entmax.training.model_loading`), so the
-    command must tell "not given" from "given the default value". Values travel as text ("random" or a number).
-    """
-    flag_type = bool | None if option.type in (bool, bool | None) else str | None
-    not_given = TRAIN_SCALING_NOT_GIVEN if option.name in SCALING_OPTION_NAMES else TRAIN_ALPHA_NOT_GIVEN
-    return option.name, flag_type, field(default=None, metadata={"help": attention_flag_help(option, not_given)})
-
+# The position options of the config, as flags of `hf-entmax train` only: a fresh model's choice, since a checkpoint's
+# weights were trained with its own positions (`hf_entmax.training.model_loading.resolve_position_options`).
+POSITION_OPTIONS = fields(PositionOptions)
+POSITION_OPTION_NAMES = tuple(option.name for option in POSITION_OPTIONS)
 
 TRAIN_ALPHA_NOT_GIVEN = (
     "an AdaptiveEntmaxMarian checkpoint's own setting; a learned α from "
@@ -100,8 +99,36 @@ TRAIN_SCALING_NOT_GIVEN = (
     "an AdaptiveEntmaxMarian checkpoint's own setting; none for a MarianMT checkpoint (it keeps its softmax "
     f"function); {START_DEFAULTS['fresh'].model['attention_scaling']} for a fresh model."
 )
-# The attention flags of `hf-entmax train`, derived from the one definition the config inherits.
+TRAIN_NOT_GIVEN = {
+    **{option.name: TRAIN_ALPHA_NOT_GIVEN for option in fields(AlphaOptions)},
+    **dict.fromkeys(SCALING_OPTION_NAMES, TRAIN_SCALING_NOT_GIVEN),
+    # Not methods: a run that does not give them has the config's default, unless a checkpoint has its own.
+    **dict.fromkeys(
+        ("attention_scaling_offset", "attention_scaling_heads"),
+        "an AdaptiveEntmaxMarian checkpoint's own setting; else the default of AdaptiveEntmaxMarianConfig.",
+    ),
+    **dict.fromkeys(
+        POSITION_OPTION_NAMES,
+        "a checkpoint's own (a MarianMT checkpoint's are sinusoidal), which cannot change: its weights were trained "
+        "with them; the default of AdaptiveEntmaxMarianConfig for a fresh model.",
+    ),
+}
+
+
+def _as_flag(option: Field) -> tuple[str, type, Field]:
+    """A model option as a `hf-entmax train` flag that defaults to None, i.e. "not given".
+
+    A flag that is not given keeps the starting checkpoint's setting (see `hf_entmax.training.model_loading`), so the
+    command must tell "not given" from "given the default value". Values travel as text ("random" or a number).
+    """
+    flag_type = bool | None if option.type in (bool, bool | None) else str | None
+    help_text = attention_flag_help(option, TRAIN_NOT_GIVEN[option.name])
+    return option.name, flag_type, field(default=None, metadata={"help": help_text})
+
+
+# The α, query-scaling and position flags of `hf-entmax train`, derived from the one definition the config inherits.
 AttentionArguments = make_dataclass("AttentionArguments", [_as_flag(option) for option in ATTENTION_OPTIONS])
+PositionArguments = make_dataclass("PositionArguments", [_as_flag(option) for option in POSITION_OPTIONS])
 
 
 def add_attention_arguments(parser: argparse.ArgumentParser, not_given: str) -> None:
@@ -116,11 +143,32 @@ def add_attention_arguments(parser: argparse.ArgumentParser, not_given: str) -> 
             parser.add_argument(f"--{option.name}", help=help_text)
 
 
-def given_attention_options(arguments: object, flag_prefix: str = "--") -> dict[str, object]:
-    """The attention options given on the command line (not None), parsed: α inits as floats or "random", α bounds
-    and the scaling offset as floats, scaling methods checked."""
+def parse_choice(value: str, choices: tuple[str, ...], flag: str) -> str:
+    """One of ``choices``; anything else is a clear error listing them."""
+    if value not in choices:
+        raise HfEntmaxValueError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def parse_rope_theta(value: str | float, flag: str) -> float:
+    """RoPE's base, a finite number > 1 given as text; anything else is a clear error."""
+    try:
+        theta = float(value)
+    except (TypeError, ValueError):
+        theta = math.nan
+    if not 1.0 < theta < math.inf:
+        raise HfEntmaxValueError(f"{flag} must be a finite number > 1, got {value!r}")
+    return theta
+
+
+def given_attention_options(
+    arguments: object, flag_prefix: str = "--", options: tuple[Field, ...] = ATTENTION_OPTIONS
+) -> dict[str, object]:
+    """The model options (by default the attention ones) given on the command line (not None), parsed: α inits as
+    floats or "random", α bounds, the scaling offset and RoPE's base as floats, scaling methods, scaled heads and
+    position types checked."""
     given = {}
-    for option in ATTENTION_OPTIONS:
+    for option in options:
         value = getattr(arguments, option.name)
         if value is None:
             continue
@@ -128,10 +176,15 @@ def given_attention_options(arguments: object, flag_prefix: str = "--") -> dict[
         if option.name.endswith("alpha_init"):
             value = parse_alpha_init(value, flag)
         elif option.name.endswith("attention_scaling"):
-            if value not in SCALING_METHODS:
-                raise HfEntmaxValueError(f"{flag} must be one of {', '.join(SCALING_METHODS)}, got {value!r}")
+            value = parse_choice(value, SCALING_METHODS, flag)
+        elif option.name == "attention_scaling_heads":
+            value = parse_choice(value, SCALED_HEADS, flag)
         elif option.name == "attention_scaling_offset":
             value = parse_scaling_offset(value, flag)
+        elif option.name == "position_embedding_type":
+            value = parse_choice(value, POSITION_TYPES, flag)
+        elif option.name == "rope_theta":
+            value = parse_rope_theta(value, flag)
         elif not isinstance(value, bool):
             try:
                 value = float(value)
@@ -144,9 +197,9 @@ def given_attention_options(arguments: object, flag_prefix: str = "--") -> dict[
 
 
 @dataclass
-class ModelArguments(AttentionArguments):
-    """Which model to train, how its attention chooses α and scales its queries, and the optimiser recipe for flags
-    not given."""
+class ModelArguments(PositionArguments, AttentionArguments):
+    """Which model to train, how its attention chooses α and scales its queries, how a fresh model knows positions,
+    and the optimiser recipe for flags not given."""
 
     model_name_or_path: str | None = field(
         default=None,
@@ -253,11 +306,17 @@ class ModelArguments(AttentionArguments):
             raise HfEntmaxValueError(
                 f"--vocab_size must be at least 8 (three special tokens and some pieces), got {self.vocab_size}"
             )
-        self.attention_options_given()  # α and scaling values are checked now, before any data is read
+        # α, scaling and position values are checked now, before any data is read.
+        self.attention_options_given()
+        self.position_options_given()
 
     def attention_options_given(self) -> dict[str, object]:
         """The α and query-scaling flags given (parsed), by option name; the others keep the starting point's."""
         return given_attention_options(self)
+
+    def position_options_given(self) -> dict[str, object]:
+        """The position flags given (parsed), by option name; not given, a fresh model has the config's defaults."""
+        return given_attention_options(self, options=POSITION_OPTIONS)
 
 
 @dataclass
@@ -301,8 +360,8 @@ class DataArguments:
     max_source_length: int | None = field(
         default=None,
         metadata={
-            "help": "Source sentences are truncated to this many tokens. Default: 128, or fewer if the model has "
-            "fewer positions (max_position_embeddings)."
+            "help": "Source sentences are truncated to this many tokens. Default: 128, or fewer if the model's "
+            "positions are a shorter table (sinusoidal positions: max_position_embeddings; the others have no limit)."
         },
     )
     max_target_length: int | None = field(

@@ -12,6 +12,9 @@ resolve differently for each:
 
 Query scaling (ASEntmax) resolves the same way; its parameters are new (initialised as the config says) wherever a
 run turns it on for an attention type its checkpoint did not scale, and dropped where a run turns it off.
+
+Positions (`PositionOptions`) are a fresh model's choice: a checkpoint keeps its own (a MarianMT checkpoint's are
+sinusoidal), since its weights were trained with them, and a flag asking for others is refused.
 """
 
 import logging
@@ -22,7 +25,7 @@ import torch
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
-from ..common.config import build_config
+from ..common.config import build_config, describe_positions
 from ..common.hub_ids import is_hub_id
 from ..common.model_folder import load_pretrained, read_model_config
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
@@ -31,9 +34,10 @@ from ..modeling.configuration_adaptive_entmax_marian import (
     ATTENTION_TYPES,
     AdaptiveEntmaxMarianConfig,
     AlphaOptions,
+    PositionOptions,
 )
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention, AdaptiveEntmaxMarianMTModel
-from .arguments import ATTENTION_OPTION_NAMES, SCALING_OPTION_NAMES, ModelArguments
+from .arguments import ATTENTION_OPTION_NAMES, POSITION_OPTION_NAMES, SCALING_OPTION_NAMES, ModelArguments
 from .presets import preset_config_kwargs
 from .recipes import START_DEFAULTS
 
@@ -129,6 +133,46 @@ def resolve_attention_options(start: StartingPoint, given: dict[str, object]) ->
     return options
 
 
+def resolve_position_options(start: StartingPoint, given: dict[str, object]) -> dict[str, object]:
+    """The position fields of the model to train: a fresh model's from the flags given over the config's defaults, a
+    checkpoint's own.
+
+    Raises:
+        HfEntmaxValueError: a flag asking a checkpoint for other positions than its weights were trained with, or
+            ``--rope_theta`` for positions other than RoPE (it would be ignored).
+    """
+    defaults = {option: getattr(PositionOptions, option) for option in POSITION_OPTION_NAMES}
+    if start.kind == "fresh":
+        fresh = START_DEFAULTS["fresh"].model
+        options = defaults | {name: value for name, value in fresh.items() if name in POSITION_OPTION_NAMES} | given
+    else:
+        options = {name: getattr(start.config, name, default) for name, default in defaults.items()}
+        kind = options["position_embedding_type"]
+        if given.get("position_embedding_type", kind) != kind:
+            raise HfEntmaxValueError(
+                f"--position_embedding_type {given['position_embedding_type']}: --model_name_or_path {start.name} "
+                f"has {kind} positions, which its weights were trained with; leave the flag out, or train a fresh "
+                "model with other positions"
+            )
+    if "rope_theta" in given and options["position_embedding_type"] != "rope":
+        raise HfEntmaxValueError(
+            f"--rope_theta applies to RoPE positions, but the model's are {options['position_embedding_type']}: give "
+            "--position_embedding_type rope (a fresh model), or leave --rope_theta out"
+        )
+    if given.get("rope_theta", options["rope_theta"]) != options["rope_theta"]:
+        raise HfEntmaxValueError(
+            f"--rope_theta {given['rope_theta']:g}: --model_name_or_path {start.name} rotates with θ = "
+            f"{options['rope_theta']:g}, which its weights were trained with; leave the flag out"
+        )
+    return options
+
+
+def describe_positions_line(model: AdaptiveEntmaxMarianMTModel, start: StartingPoint, given: dict[str, object]) -> str:
+    """The positions a run trains with, and where the setting comes from, in one line."""
+    source = "given" if given else {"fresh": "default"}.get(start.kind, "checkpoint's")
+    return f"Positions ({source}): {describe_positions(model.config)}"
+
+
 def load_model(
     model_args: ModelArguments,
     tokenizer: PreTrainedTokenizerBase,
@@ -143,6 +187,7 @@ def load_model(
     start = start or read_starting_point(model_args.model_name_or_path)
     given = model_args.attention_options_given()
     options = resolve_attention_options(start, given)
+    positions = resolve_position_options(start, model_args.position_options_given())
     dropout = (
         {} if model_args.dropout is None else {"dropout": model_args.dropout, "attention_dropout": model_args.dropout}
     )
@@ -153,6 +198,7 @@ def load_model(
         config = build_config(
             **preset_config_kwargs(model_args.model_size),
             **options,
+            **positions,
             vocab_size=len(tokenizer),
             max_position_embeddings=max(512, max_length),
             **({name: START_DEFAULTS["fresh"].model[name] for name in ("dropout", "attention_dropout")} | dropout),

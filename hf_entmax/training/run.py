@@ -30,6 +30,7 @@ from transformers import (
     Seq2SeqTrainingArguments,
     set_seed,
 )
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from ..common.hub_ids import check_language_code
 from ..common.outputs import (
@@ -48,11 +49,19 @@ from ..common.records import (
     framework_versions,
 )
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxValueError
+from ..modeling.configuration_adaptive_entmax_marian import position_limit
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .arguments import DataArguments, ModelArguments
 from .data import limit_samples, load_parallel_data, report_truncation
 from .metrics import sacrebleu_signatures, translation_metrics
-from .model_loading import StartingPoint, describe_alpha, describe_scaling, load_model, read_starting_point
+from .model_loading import (
+    StartingPoint,
+    describe_alpha,
+    describe_positions_line,
+    describe_scaling,
+    load_model,
+    read_starting_point,
+)
 from .recipes import apply_recipe
 from .records import alpha_history, evaluations, plain, scale_history
 from .tokenizer import train_joint_tokenizer
@@ -302,8 +311,11 @@ def generation_settings(data_args: DataArguments, training_args: Seq2SeqTraining
 
 
 def check_lengths(model: AdaptiveEntmaxMarianMTModel, data_args: DataArguments, max_length: int) -> None:
-    """Refuse lengths the model has no positions for (they would fail mid-run, deep inside the embeddings)."""
-    positions = model.config.max_position_embeddings
+    """Refuse lengths the model has no positions for (they would fail mid-run, deep inside the embeddings); relative
+    positions take any length."""
+    positions = position_limit(model.config)
+    if positions is None:
+        return
     for flag, value in (
         ("--max_source_length", data_args.max_source_length),
         ("--max_target_length", data_args.max_target_length),
@@ -462,6 +474,8 @@ def run_summary(
         },
         "sacrebleu_signatures": sacrebleu_signatures(),
         "alphas": {kind: alphas.tolist() for kind, alphas in model.get_alphas().items()},
+        # The most tokens an input may have: None for relative positions, which take any length.
+        "positions": {"type": model.config.position_embedding_type, "limit": position_limit(model.config)},
         "alpha_settings": {
             kind: vars(model.config.alpha_settings(kind)) for kind in ("encoder_self", "decoder_self", "cross")
         },
@@ -556,7 +570,7 @@ def _train(
     check_language_code(target_lang, "--target_lang")
     stages = choose_stages(training_args, raw)
     start = read_starting_point(model_args.model_name_or_path)
-    data_args.resolve_lengths(None if start.config is None else start.config.max_position_embeddings)
+    data_args.resolve_lengths(None if start.config is None else position_limit(start.config))
     if not stages.train and start.kind == "fresh":
         raise HfEntmaxValueError(
             "nothing to evaluate: without training (--do_train False) give the model with --model_name_or_path"
@@ -576,6 +590,10 @@ def _train(
         model_args, tokenizer, max(data_args.max_source_length, data_args.max_target_length), start=start
     )
     check_lengths(model, data_args, max_length)
+    if start.kind == "fresh" and model_args.tokenizer_name is None:
+        # A tokenizer trained for the model truncates (truncation=True) where the model's inputs end: at its positions,
+        # or nowhere for relative ones (`translate` and the pipeline read this limit).
+        tokenizer.model_max_length = position_limit(model.config) or VERY_LARGE_INTEGER
     model.generation_config.num_beams = num_beams
     model.generation_config.max_length = max_length
 
@@ -607,6 +625,7 @@ def _train(
             )
             alpha_learning_rate = trainer.effective_alpha_learning_rate if learns_alpha else None
             print(describe_recipe(model_args, training_args, alpha_learning_rate))
+        print(describe_positions_line(model, start, model_args.position_options_given()))
         print("α per attention type:")
         for line in describe_alpha(model, start, given_attention):
             print(f"  {line}")

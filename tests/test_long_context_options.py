@@ -1,0 +1,249 @@
+"""The position options and the query scalings of long inputs (RoPE, ALiBi, NAPE; SSMax, per-token ASEntmax) in
+everything around the model: `hf-entmax train`'s flags and starting points, the length limits of training,
+translation and analysis, the model card and the analysis report."""
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import SENTENCES, tiny_model
+from transformers import AutoTokenizer, MarianConfig, MarianMTModel
+
+from hf_entmax import AdaptiveEntmaxMarianMTModel
+from hf_entmax.analysis.collect import analyze_model, teacher_forced_attention
+from hf_entmax.analysis.report import write_report
+from hf_entmax.cli import main
+from hf_entmax.commands.train import parse_arguments
+from hf_entmax.commands.translate import source_length_limit, translate_lines
+from hf_entmax.errors import HfEntmaxValueError
+from hf_entmax.hub.model_card import ModelCardInfo, render_model_card
+from hf_entmax.training.arguments import DataArguments
+from hf_entmax.training.model_loading import load_model
+from hf_entmax.training.run import check_lengths
+from hf_entmax.training.synthetic import generate_pairs
+from hf_entmax.training.tokenizer import train_joint_tokenizer
+
+
+QUICK = [
+    "--max_steps", "2",
+    "--per_device_train_batch_size", "8",
+    "--generation_max_length", "6",
+    "--max_source_length", "32",
+    "--max_target_length", "32",
+    "--save_strategy", "no",
+    "--report_to", "none",
+    "--disable_tqdm", "True",
+    "--seed", "0",
+]  # fmt: skip
+PAIR = ["--source_lang", "en", "--target_lang", "syn"]
+FRESH = ["--model_size", "tiny", "--vocab_size", "200"]
+# About twice as many tokens as the 64 positions of the tiny models' tables (and fewer than a tokenizer's 512).
+LONG_LINE = " ".join(SENTENCES[0::2] * 2)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return generate_pairs(60, seed=5)
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory, pairs):
+    path = tmp_path_factory.mktemp("data") / "train.tsv"
+    path.write_text("".join(f"{source}\t{target}\n" for source, target in pairs[:40]), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def train_tokenizer(pairs):
+    return train_joint_tokenizer((text for pair in pairs for text in pair), vocab_size=200)
+
+
+@pytest.fixture(scope="module")
+def nape_folder(tmp_path_factory, train_tokenizer):
+    """A trained-model folder with NAPE positions and a table of only 64 (unused) sinusoidal positions."""
+    folder = tmp_path_factory.mktemp("nape")
+    tiny_model(vocab_size=len(train_tokenizer), position_embedding_type="nape").save_pretrained(folder)
+    train_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def marian_folder(tmp_path_factory, train_tokenizer):
+    folder = tmp_path_factory.mktemp("opus-mt")
+    config = MarianConfig(
+        vocab_size=len(train_tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    MarianMTModel(config).save_pretrained(folder)
+    train_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def training_docs_line(start: str) -> str:
+    """The line of docs/training.md that starts with ``start``."""
+    lines = (Path(__file__).resolve().parent.parent / "docs" / "training.md").read_text(encoding="utf-8").splitlines()
+    return next(line for line in lines if line.startswith(start))
+
+
+def fresh_model(tokenizer, *flags: str) -> AdaptiveEntmaxMarianMTModel:
+    model_args, _, _ = parse_arguments(["--model_size", "tiny", *flags])
+    return load_model(model_args, tokenizer, 32)
+
+
+def checkpoint_model(folder, tokenizer, *flags: str) -> AdaptiveEntmaxMarianMTModel:
+    model_args, _, _ = parse_arguments(["--model_name_or_path", str(folder), *flags])
+    return load_model(model_args, tokenizer, 32)
+
+
+# --- hf-entmax train --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_fresh_run_trains_the_positions_it_is_given_and_says_so_everywhere(tmp_path, train_file, capsys):
+    output = tmp_path / "nape"
+    argv = ["train", "--train_file", train_file, *PAIR, *QUICK, *FRESH, "--position_embedding_type", "nape"]
+    assert main([*argv, "--output_dir", str(output)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert training_docs_line("Positions (given): NAPE") in printed  # docs/training.md shows the line
+    assert json.loads((output / "config.json").read_text())["position_embedding_type"] == "nape"
+    summary = json.loads((output / "training_summary.json").read_text())
+    assert summary["positions"] == {"type": "nape", "limit": None}
+    # The tokenizer trained for the model truncates nowhere: the model takes inputs of any length.
+    assert AutoTokenizer.from_pretrained(output).model_max_length > 10**20
+    card = (output / "README.md").read_text(encoding="utf-8")
+    assert "**Positions**: NAPE: " in card and "inputs may be of any length" in card
+
+
+@pytest.mark.parametrize(
+    ("flags", "positions", "theta"),
+    [
+        ([], "sinusoidal", 10000.0),
+        (["--position_embedding_type", "rope", "--rope_theta", "500"], "rope", 500.0),
+        (["--position_embedding_type", "alibi"], "alibi", 10000.0),
+        (["--position_embedding_type", "none"], "none", 10000.0),
+    ],
+)
+def test_position_flags_make_a_fresh_models_config(train_tokenizer, flags, positions, theta):
+    config = fresh_model(train_tokenizer, *flags).config
+    assert (config.position_embedding_type, config.rope_theta) == (positions, theta)
+
+
+def test_a_checkpoint_keeps_its_positions_and_refuses_others(nape_folder, marian_folder, train_tokenizer):
+    assert checkpoint_model(nape_folder, train_tokenizer).config.position_embedding_type == "nape"
+    same = checkpoint_model(nape_folder, train_tokenizer, "--position_embedding_type", "nape")
+    assert same.config.position_embedding_type == "nape"
+    with pytest.raises(HfEntmaxValueError, match=r"--position_embedding_type rope: .* has nape positions, which its"):
+        checkpoint_model(nape_folder, train_tokenizer, "--position_embedding_type", "rope")
+    with pytest.raises(HfEntmaxValueError, match=r"--position_embedding_type nape: .* has sinusoidal positions"):
+        checkpoint_model(marian_folder, train_tokenizer, "--position_embedding_type", "nape")
+    with pytest.raises(HfEntmaxValueError, match=r"--rope_theta applies to RoPE positions, but the model's are nape"):
+        checkpoint_model(nape_folder, train_tokenizer, "--rope_theta", "500")
+
+
+def test_a_rope_checkpoint_keeps_its_theta(tmp_path, train_tokenizer):
+    tiny_model(vocab_size=len(train_tokenizer), position_embedding_type="rope", rope_theta=100.0).save_pretrained(
+        tmp_path
+    )
+    assert checkpoint_model(tmp_path, train_tokenizer, "--rope_theta", "100").config.rope_theta == 100.0
+    with pytest.raises(HfEntmaxValueError, match=r"--rope_theta 500: .* rotates with θ = 100, which its weights"):
+        checkpoint_model(tmp_path, train_tokenizer, "--rope_theta", "500")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--position_embedding_type", "rotary"],
+            "--position_embedding_type must be one of sinusoidal, rope, alibi, nape, none, got 'rotary'",
+        ),
+        (["--rope_theta", "1"], "--rope_theta must be a finite number > 1, got '1'"),
+        (["--rope_theta", "500"], "--rope_theta applies to RoPE positions, but the model's are sinusoidal"),
+        (["--attention_scaling_heads", "half"], "--attention_scaling_heads must be one of all, nope, got 'half'"),
+        (
+            ["--attention_scaling", "ssmax", "--attention_scaling_heads", "nope"],
+            "invalid model settings: `attention_scaling_heads`='nope' scales the heads without a position bias",
+        ),
+    ],
+)
+def test_bad_position_and_scaling_flags_are_one_line(tmp_path, train_file, capsys, flags, message):
+    argv = ["train", "--train_file", train_file, *PAIR, *QUICK, *FRESH, "--output_dir", str(tmp_path / "out")]
+    assert main([*argv, *flags]) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    assert error.startswith("hf-entmax train: error: ")
+    assert message in error, error
+
+
+def test_a_checkpoint_start_with_other_positions_is_one_line(tmp_path, train_file, nape_folder, capsys):
+    argv = ["train", "--model_name_or_path", str(nape_folder), "--train_file", train_file, *PAIR, *QUICK]
+    assert main([*argv, "--position_embedding_type", "sinusoidal", "--output_dir", str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    assert re.search(r"--position_embedding_type sinusoidal: .* has nape positions, which its weights were", error)
+
+
+# --- length limits ----------------------------------------------------------------------------------------------
+
+
+def test_relative_positions_do_not_limit_training_lengths(nape_folder, marian_folder, train_tokenizer):
+    data_args = DataArguments(max_source_length=100, max_target_length=100)
+    check_lengths(checkpoint_model(nape_folder, train_tokenizer), data_args, 100)  # 64 positions in its table
+    with pytest.raises(HfEntmaxValueError, match="--max_source_length 100 is longer than the model's 64 positions"):
+        check_lengths(checkpoint_model(marian_folder, train_tokenizer), data_args, 100)
+    # Lengths not given default to 128 tokens, not to the unused table's 64.
+    defaults = DataArguments()
+    defaults.resolve_lengths(None)
+    assert defaults.max_source_length == 128
+
+
+@pytest.mark.slow
+def test_a_relative_position_checkpoint_trains_on_inputs_longer_than_its_table(tmp_path, train_file, nape_folder):
+    argv = ["train", "--model_name_or_path", str(nape_folder), "--train_file", train_file, *PAIR, *QUICK]
+    assert main([*argv, "--max_source_length", "100", "--output_dir", str(tmp_path / "out")]) == 0
+
+
+def test_translate_does_not_cap_inputs_or_outputs_of_relative_positions(tokenizer, caplog):
+    model = tiny_model(seed=2, vocab_size=len(tokenizer), init_std=2.0, position_embedding_type="nape")
+    assert source_length_limit(model, tokenizer) == tokenizer.model_max_length  # the tokenizer's own, not 64
+    assert len(tokenizer(LONG_LINE)["input_ids"]) > model.config.max_position_embeddings
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hf_entmax.commands.translate"):
+        # An output limit past the 64 positions of the table: no positions are needed for it.
+        translation = translate_lines(model, tokenizer, [LONG_LINE], num_beams=1, max_new_tokens=80, progress=False)
+    assert len(tokenizer(translation[0])["input_ids"]) > 64
+    assert [record for record in caplog.records if record.name.startswith("hf_entmax")] == []
+    with torch.inference_mode():
+        output_ids = model.generate(**tokenizer(LONG_LINE, return_tensors="pt"), num_beams=1, max_length=81)
+    assert translation == [tokenizer.decode(output_ids[0], skip_special_tokens=True).strip()]
+
+
+def test_analysis_reads_sentences_longer_than_the_table_of_a_relative_position_model(tokenizer):
+    model = tiny_model(vocab_size=len(tokenizer), position_embedding_type="rope")
+    forced = teacher_forced_attention(model, tokenizer, [LONG_LINE], [LONG_LINE], max_length=200)
+    assert forced.inputs["input_ids"].shape[1] == len(tokenizer(LONG_LINE)["input_ids"]) > 64
+    sinusoidal = teacher_forced_attention(tiny_model(vocab_size=len(tokenizer)), tokenizer, [LONG_LINE], None, 200)
+    assert sinusoidal.inputs["input_ids"].shape[1] == 63  # the start token takes the 64th position
+
+
+# --- what the card and the report say ---------------------------------------------------------------------------
+
+
+def test_the_card_and_the_analysis_report_say_which_positions_the_model_uses(tmp_path, tokenizer):
+    model = tiny_model(vocab_size=len(tokenizer), position_embedding_type="rope", rope_theta=500.0)
+    card = str(render_model_card(model, ModelCardInfo(model_id="org/rope")))
+    assert "**Positions**: RoPE (θ = 500): self-attention rotates queries and keys by their position;" in card
+    sinusoidal = str(render_model_card(tiny_model(vocab_size=len(tokenizer)), ModelCardInfo(model_id="org/plain")))
+    assert "**Positions**: sinusoidal (Marian's): fixed vectors added to the token embeddings; inputs of up to 64" in (
+        sinusoidal
+    )
+
+    analysis = analyze_model(model, SENTENCES[0::2], SENTENCES[1::2], tokenizer=tokenizer, progress=False)
+    report_md = write_report([analysis], tmp_path / "report").read_text(encoding="utf-8")
+    assert "- Positions: RoPE (θ = 500): " in report_md
+    report = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))
+    assert report["models"][0]["positions"].startswith("RoPE (θ = 500)")
