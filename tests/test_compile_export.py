@@ -68,9 +68,11 @@ LOGIT_TOLERANCE = 1e-4
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scaling", [None, "asentmax"])
-def test_torch_export_of_a_model_with_learned_alpha(scaling):
-    model = tiny_model(init_std=0.5, attention_scaling=scaling)
+@pytest.mark.parametrize(
+    ("scaling", "positions"), [(None, "sinusoidal"), ("asentmax", "sinusoidal"), ("asentmax", "nape"), (None, "rope")]
+)
+def test_torch_export_of_a_model_with_learned_alpha(scaling, positions):
+    model = tiny_model(init_std=0.5, attention_scaling=scaling, position_embedding_type=positions)
     inputs = model_inputs()
     with torch.no_grad():
         expected = model(**inputs).logits
@@ -172,13 +174,17 @@ def assert_same_generation(actual, expected) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scaling", [None, "asentmax"])
-def test_compiled_static_cache_greedy_decoding_gives_the_eager_tokens(scaling):
+@pytest.mark.parametrize(
+    ("scaling", "positions"),
+    [(None, "sinusoidal"), ("asentmax", "sinusoidal"), ("asentmax_per_token", "nape"), ("ssmax", "rope")],
+)
+def test_compiled_static_cache_greedy_decoding_gives_the_eager_tokens(scaling, positions):
     """transformers' own path: with a static cache, generate compiles the decoding step (on accelerators; the
     CompileConfig flag forces it on the CPU, as transformers' tests do), with fullgraph=True and no recompilation for
-    a second batch of the same shape."""
+    a second batch of the same shape. Relative positions number the queries from the static cache's count of tokens,
+    not from its (fixed) length."""
     torch.compiler.reset()
-    model = tiny_model(init_std=0.5, attention_scaling=scaling)
+    model = tiny_model(init_std=0.5, attention_scaling=scaling, position_embedding_type=positions)
     compile_config = CompileConfig(fullgraph=True, dynamic=False, backend="eager")
     compile_config._compile_all_devices = True
     compiled_generation = dict(GENERATION, cache_implementation="static", compile_config=compile_config)

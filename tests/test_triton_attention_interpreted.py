@@ -20,6 +20,7 @@ from torch.autograd import gradcheck
 from hf_entmax.kernels import dispatch
 from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.entmax import EntmaxFunction
+from hf_entmax.modeling.positions import distance_bias
 
 
 triton = pytest.importorskip("triton")
@@ -125,6 +126,16 @@ def test_causal_self_attention_and_cached_keys():
     # Five new queries after sixteen cached keys: query i sees key j ≤ i + 16.
     query, key, value = attention_inputs(1, 2, 5, 21, seed=3)
     check_against_reference(query, key, value, torch.tensor([1.2, 1.7]), causal=True)
+
+
+def test_alibi_distance_bias_per_head_and_query():
+    """ALiBi/NAPE positions reach the kernel as part of the additive mask: finite, per head and query (one head with
+    slope 0, as NAPE's position-free heads), added to key padding, with and without the causal mask."""
+    query, key, value = attention_inputs(2, 2, 20, 20, seed=5)
+    bias = distance_bias((0.5, 0.0), 0, 20, 20, torch.float32, "cpu")  # (1, 2, 20, 20)
+    alpha = torch.tensor([1.3, 1.8])
+    check_against_reference(query, key, value, alpha, key_padding_mask(2, 20, [20, 13]) + bias)
+    check_against_reference(query, key, value, alpha, bias, causal=True)
 
 
 def test_decoding_one_query():

@@ -501,8 +501,22 @@ class AdaptiveEntmaxMarianDecoderLayer(MarianDecoderLayer):
 
 # --- the load-time check: the config must fit the weights it loads ----------------------------------------------
 
-# What each attention module learns per head: α logits, and ASEntmax's β and γ.
-PER_HEAD_PARAMETERS = ("alpha_logits", "scale_beta", "scale_gamma")
+# What each attention module learns per head: α logits, ASEntmax's β and γ (SSMax's s is its β), and per-token
+# ASEntmax's maps to β and γ (a row per head).
+PER_HEAD_PARAMETERS = (
+    "alpha_logits",
+    "scale_beta",
+    "scale_gamma",
+    "scale_beta_proj.weight",
+    "scale_gamma_proj.weight",
+)
+# The scaling methods whose modules hold each learned scaling parameter (SSMax's s is named as ASEntmax's β).
+_SCALING_METHODS_HOLDING = {
+    "scale_beta": "'asentmax' or 'ssmax'",
+    "scale_gamma": "'asentmax'",
+    "scale_beta_proj.weight": "'asentmax_per_token'",
+    "scale_gamma_proj.weight": "'asentmax_per_token'",
+}
 # How far a learned α may lie beyond the config's bounds and still be taken as trained with them. α stops at the
 # clamp, but the optimiser's momentum carries its logit on for about ten steps of the α learning rate: a few
 # thousandths of α at the rates hf-entmax uses. A bound moved further is a config changed after training.
@@ -584,7 +598,7 @@ def _size_field(key: str, dim: int, config: AdaptiveEntmaxMarianConfig) -> str:
     """The config field that sets dimension ``dim`` of the weight ``key`` (without the ``model.`` prefix)."""
     stack = "decoder" if key.startswith("decoder.") else "encoder"
     target = "vocab_size" if config.share_encoder_decoder_embeddings else "decoder_vocab_size"
-    if key.endswith(PER_HEAD_PARAMETERS):
+    if dim == 0 and key.endswith(PER_HEAD_PARAMETERS):
         return f"{stack}_attention_heads"
     if dim == 0 and key.endswith("embed_positions.weight"):
         return "max_position_embeddings"
@@ -659,7 +673,7 @@ def check_checkpoint_fits(model: nn.Module, checkpoint: CheckpointSummary) -> No
         if kind is None:
             continue
         title = ATTENTION_TITLES[kind].lower()
-        parameter = key.rsplit(".", 1)[-1]
+        parameter = next(name for name in PER_HEAD_PARAMETERS if key.endswith(name))
         if key not in expected:
             if parameter == "alpha_logits":
                 field = _setting_field(config, kind, "learn_alpha")
@@ -669,9 +683,10 @@ def check_checkpoint_fits(model: nn.Module, checkpoint: CheckpointSummary) -> No
                     f"`{field}` back to True"
                 )
             field = _setting_field(config, kind, "attention_scaling")
+            methods = _SCALING_METHODS_HOLDING[parameter]
             raise ValueError(
-                f"{where}: the weights hold ASEntmax's learned query scaling of {title} (`{key}`), but the config's "
-                f"`{field}` is {getattr(config, field)!r}: loading would drop it; set `{field}` back to 'asentmax'"
+                f"{where}: the weights hold a learned query scaling of {title} (`{key}`), but the config's `{field}` "
+                f"is {getattr(config, field)!r}: loading would drop it; set `{field}` back to {methods}"
             )
         if tensor.is_meta:
             continue
@@ -860,27 +875,44 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
                 by_type[module.attention_type].append(alpha.detach().float().cpu())
         return {kind: torch.stack(alphas) for kind, alphas in by_type.items() if alphas}
 
-    def get_attention_scales(self) -> dict[str, dict[str, torch.Tensor | float]]:
-        """Current ASEntmax parameters of every attention type that scales its queries.
+    def get_attention_scales(self) -> dict[str, dict[str, torch.Tensor | float | str]]:
+        """Current learned per-head query-scaling parameters (ASEntmax's β and γ, SSMax's s) of every attention type.
 
         Returns:
-            ``{attention_type: {"beta": (layers, heads), "gamma": (layers, heads), "offset": δ}}`` with detached
-            float32 tensors on the CPU; a head multiplies a query that may attend to n keys by
-            ``offset + beta * log(n + 1) ** gamma``. Attention types without scaling are absent (``{}`` for a model
-            without any).
+            ``{attention_type: {"method": "asentmax" or "ssmax", "beta": (layers, heads), "gamma": (layers, heads),
+            "offset": δ, "scaled": (layers, heads) bool}}`` with detached float32 tensors on the CPU: a scaled head
+            multiplies a query that may attend to n keys by ``offset + beta * log(n + 1) ** gamma`` (SSMax: β = s,
+            γ = 1, δ = 0), a head whose ``scaled`` is False (NAPE's ALiBi heads by default) by 1. Attention types
+            without per-head parameters (no scaling, softmax_matched, per-token ASEntmax, whose β and γ come from each
+            token) are absent (``{}`` for a model without any).
         """
         by_type: dict[str, dict[str, list]] = {}
         for module in self.modules():
-            if isinstance(module, AdaptiveEntmaxMarianAttention) and module.scale_beta is not None:
-                scales = by_type.setdefault(module.attention_type, {"beta": [], "gamma": [], "offset": []})
-                scales["beta"].append(module.scale_beta.detach().float().cpu())
-                scales["gamma"].append(module.scale_gamma.detach().float().cpu())
-                scales["offset"].append(module.scale_offset)
+            if not isinstance(module, AdaptiveEntmaxMarianAttention) or module.scaling_method not in (
+                "asentmax",
+                "ssmax",
+            ):
+                continue
+            scales = by_type.setdefault(
+                module.attention_type,
+                {"method": module.scaling_method, "beta": [], "gamma": [], "offset": [], "scaled": []},
+            )
+            beta = module.scale_beta.detach().float().cpu()
+            asentmax = module.scaling_method == "asentmax"
+            scales["beta"].append(beta)
+            scales["gamma"].append(module.scale_gamma.detach().float().cpu() if asentmax else torch.ones_like(beta))
+            scales["offset"].append(module.scale_offset if asentmax else 0.0)
+            scaled = module.scaled_heads
+            scales["scaled"].append(
+                torch.ones_like(beta, dtype=torch.bool) if scaled is None else torch.tensor(scaled)
+            )
         return {
             kind: {
+                "method": scales["method"],
                 "beta": torch.stack(scales["beta"]),
                 "gamma": torch.stack(scales["gamma"]),
                 "offset": scales["offset"][0],
+                "scaled": torch.stack(scales["scaled"]),
             }
             for kind, scales in by_type.items()
         }

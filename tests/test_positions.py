@@ -1,0 +1,288 @@
+"""Positions inside attention (RoPE, ALiBi, NAPE, none), the decoder-only model, SSMax and per-token ASEntmax."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from helpers import tiny_config, tiny_model
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoModelForCausalLM
+
+from hf_entmax import AdaptiveEntmaxMarianForCausalLM
+from hf_entmax.modeling import entmax as entmax_module
+from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
+from hf_entmax.modeling.configuration_adaptive_entmax_marian import check_generation_settings, position_limit
+from hf_entmax.modeling.positions import alibi_slopes, distance_bias, rotate
+
+
+RELATIVE = ("rope", "alibi", "nape", "none")
+PAD, EOS, BOS = 0, 1, 2
+
+
+def tiny_decoder(seed: int = 0, **overrides) -> AdaptiveEntmaxMarianForCausalLM:
+    """A 2-layer, 4-head decoder-only model, d_model 32, weights large enough that attention is far from uniform."""
+    torch.manual_seed(seed)
+    settings = dict(bos_token_id=BOS, decoder_start_token_id=BOS, init_std=0.3, forced_eos_token_id=None)
+    settings.update(overrides)
+    return AdaptiveEntmaxMarianForCausalLM(tiny_config(**settings)).eval()
+
+
+def test_rotated_products_depend_on_the_distance_alone():
+    generator = torch.Generator().manual_seed(0)
+    query, key = torch.randn(2, 1, 1, 1, 8, generator=generator, dtype=torch.float64)
+    products = {}
+    for query_position, key_position in [(3, 1), (10, 8), (500, 498), (7, 7), (9, 2)]:
+        rotated_query = rotate(query, query_position, 10000.0)
+        rotated_key = rotate(key, key_position, 10000.0)
+        products[(query_position, key_position)] = float((rotated_query * rotated_key).sum())
+    assert products[(3, 1)] == pytest.approx(products[(10, 8)], abs=1e-12)
+    assert products[(3, 1)] == pytest.approx(products[(500, 498)], abs=1e-12)
+    assert products[(7, 7)] == pytest.approx(float((query * key).sum()), abs=1e-12)
+    assert products[(9, 2)] != pytest.approx(products[(3, 1)], abs=1e-3)
+    # A rotation keeps the norm, and rotating a sequence from position p is rotating its tokens one by one.
+    states = torch.randn(1, 2, 5, 8, generator=generator, dtype=torch.float64)
+    assert torch.allclose(rotate(states, 4, 100.0).norm(dim=-1), states.norm(dim=-1))
+    one_by_one = torch.cat([rotate(states[:, :, i : i + 1], 4 + i, 100.0) for i in range(5)], dim=2)
+    torch.testing.assert_close(rotate(states, 4, 100.0), one_by_one)
+
+
+def test_alibi_and_nape_slopes_and_bias():
+    assert alibi_slopes("alibi", 8) == tuple(2.0 ** (-head) for head in range(1, 9))
+    assert alibi_slopes("nape", 4) == (1.0, 0.5, 0.0, 0.0)
+    assert alibi_slopes("nape", 5) == (1.0, 0.5, 0.0, 0.0, 0.0)
+    assert alibi_slopes("rope", 4) is None and alibi_slopes("none", 4) is None
+    bias = distance_bias((1.0, 0.5, 0.0), 2, 3, 6, torch.float64, "cpu")  # queries at positions 2, 3, 4
+    assert bias.shape == (1, 3, 3, 6)
+    assert bias[0, 0, 0].tolist() == [-2.0, -1.0, 0.0, -1.0, -2.0, -3.0]
+    assert bias[0, 1, 2].tolist() == [-2.0, -1.5, -1.0, -0.5, 0.0, -0.5]
+    assert not bias[0, 2].any()
+
+
+@pytest.mark.parametrize("position_type", ["alibi", "nape"])
+def test_attention_weights_are_entmax_of_the_scores_plus_the_distance_bias(batch, position_type, attention_path):
+    model = tiny_model(init_std=0.5, position_embedding_type=position_type, alpha_init=1.5)
+    captured = {}
+    module = model.model.encoder.layers[0].self_attn
+    module.register_forward_hook(lambda mod, args, kwargs, output: captured.update(inputs=kwargs), with_kwargs=True)
+    hidden = {}
+    model.model.encoder.layers[0].register_forward_pre_hook(lambda mod, args: hidden.update(states=args[0]))
+    out = model(**batch, output_attentions=True)
+    states = hidden["states"]
+    batch_size, length, _ = states.shape
+    split = (batch_size, length, 4, 8)
+    query = module.q_proj(states).view(split).transpose(1, 2) * 8**-0.5
+    key = module.k_proj(states).view(split).transpose(1, 2)
+    scores = (query @ key.transpose(-1, -2)).double()
+    scores = scores + distance_bias(alibi_slopes(position_type, 4), 0, length, length, torch.float64, "cpu")
+    padding = (batch["attention_mask"] == 0)[:, None, None, :]
+    expected = entmax_module.entmax(scores.masked_fill(padding, float("-inf")), 1.5, dim=-1)
+    torch.testing.assert_close(out.encoder_attentions[0].double(), expected, atol=1e-5, rtol=1e-5)
+    assert (out.encoder_attentions[0] == 0).any()
+
+
+@pytest.mark.parametrize("position_type", [*RELATIVE, "sinusoidal"])
+def test_cached_decoding_computes_what_the_whole_sequence_does(position_type):
+    """Step-by-step logits with the cache equal those of one pass over the whole sequence, in both models."""
+    for model, kwargs in [
+        (tiny_model(init_std=0.3, position_embedding_type=position_type), {}),
+        (tiny_decoder(position_embedding_type=position_type, attention_scaling="asentmax"), None),
+    ]:
+        tokens = torch.tensor([[BOS, 5, 9, 7, 11, 4, 6, 8]])
+        if kwargs is not None:  # translation model: a source, the tokens are the decoder's
+            kwargs = {"input_ids": torch.tensor([[5, 6, 7, 1]])}
+            whole = model(**kwargs, decoder_input_ids=tokens).logits
+            cache, steps = None, []
+            encoder_outputs = model.get_encoder()(**kwargs)
+            for position in range(tokens.shape[1]):
+                out = model(
+                    encoder_outputs=encoder_outputs,
+                    decoder_input_ids=tokens[:, position : position + 1],
+                    cache=cache,
+                    use_cache=True,
+                )
+                cache = out.cache
+                steps.append(out.logits)
+        else:
+            whole = model(input_ids=tokens).logits
+            cache, steps = None, []
+            for position in range(tokens.shape[1]):
+                out = model(input_ids=tokens[:, position : position + 1], cache=cache, use_cache=True)
+                cache = out.cache
+                steps.append(out.logits)
+        torch.testing.assert_close(torch.cat(steps, dim=1), whole, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("position_type", RELATIVE)
+def test_left_padding_changes_nothing_under_relative_positions(position_type):
+    """Batched generation pads on the left: a row's logits and continuation are those of the row alone."""
+    model = tiny_decoder(position_embedding_type=position_type, attention_scaling="asentmax")
+    alone = torch.tensor([[BOS, 5, 9, 7]])
+    padded = torch.tensor([[PAD, PAD, PAD, BOS, 5, 9, 7], [BOS, 8, 6, 4, 12, 10, 3]])
+    mask = (padded != PAD).long()
+    expected = model(input_ids=alone).logits[0]
+    torch.testing.assert_close(model(input_ids=padded, attention_mask=mask).logits[0, 3:], expected)
+    settings = dict(max_new_tokens=6, do_sample=False, num_beams=1, pad_token_id=PAD, eos_token_id=None)
+    generated = model.generate(padded, attention_mask=mask, **settings)
+    assert torch.equal(generated[0, 3:], model.generate(alone, **settings)[0])
+
+
+def test_beam_search_and_text_generation_with_the_decoder_only_model():
+    model = tiny_decoder(position_embedding_type="nape", attention_scaling="asentmax")
+    prompt = torch.tensor([[BOS, 5, 9, 7]])
+    beams = model.generate(prompt, num_beams=3, num_return_sequences=3, max_new_tokens=5, eos_token_id=None)
+    scores = [float(model(input_ids=beam[None], labels=beam[None]).loss) for beam in beams]
+    assert beams.shape == (3, 9) and scores == sorted(scores)  # best (lowest loss) first
+
+
+def test_causal_lm_loss_scores_each_label_against_the_previous_position():
+    model = tiny_decoder()
+    tokens = torch.tensor([[BOS, 5, 9, 7, 11]])
+    labels = tokens.clone()
+    labels[:, :3] = -100  # the prompt: no loss
+    out = model(input_ids=tokens, labels=labels)
+    log_probs = out.logits.log_softmax(-1)
+    expected = -(log_probs[0, 2, 7] + log_probs[0, 3, 11]) / 2
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()
+    assert all(parameter.grad is not None for name, parameter in model.named_parameters() if "alpha_logits" in name)
+    assert float(model(input_ids=tokens, labels=torch.full_like(tokens, -100)).loss) == 0.0
+
+
+def test_decoder_only_model_has_no_cross_attention_and_reports_its_alphas():
+    model = tiny_decoder()
+    assert model.config.is_decoder and not model.config.is_encoder_decoder
+    assert not [name for name in model.state_dict() if "encoder" in name]
+    assert set(model.get_alphas()) == {"decoder_self"}
+    assert model.get_alphas()["decoder_self"].shape == (2, 4)
+
+
+@pytest.mark.parametrize("position_type", RELATIVE)
+def test_relative_positions_take_inputs_longer_than_the_position_table(position_type):
+    model = tiny_decoder(position_embedding_type=position_type, max_position_embeddings=8)
+    assert position_limit(model.config) is None
+    tokens = torch.randint(3, 64, (1, 40), generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(model(input_ids=tokens).logits).all()
+    check_generation_settings({"max_new_tokens": 100}, model.config, "here")
+    sinusoidal = tiny_decoder(max_position_embeddings=8)
+    assert position_limit(sinusoidal.config) == 8
+    with pytest.raises(ValueError, match="8 positions"):
+        check_generation_settings({"max_new_tokens": 100}, sinusoidal.config, "here")
+
+
+def test_nape_scales_only_the_heads_without_a_bias_by_default():
+    model = tiny_decoder(position_embedding_type="nape", attention_scaling="asentmax")
+    module = model.model.decoder.layers[0].self_attn
+    assert module.scaled_heads == (False, False, True, True)
+    factor = module.query_scale(None, 100, torch.float64).flatten()
+    beta, gamma = module.scale_beta.double(), module.scale_gamma.double()
+    expected = 1.0 + beta * math.log(101) ** gamma
+    torch.testing.assert_close(factor[2:], expected[2:].detach())
+    assert factor[:2].tolist() == [1.0, 1.0]
+    every = tiny_decoder(position_embedding_type="nape", attention_scaling="asentmax", attention_scaling_heads="all")
+    assert every.model.decoder.layers[0].self_attn.scaled_heads is None
+
+
+def test_ssmax_multiplies_queries_by_a_learned_s_times_log_n():
+    model = tiny_decoder(attention_scaling="ssmax")
+    module = model.model.decoder.layers[0].self_attn
+    assert module.scale_gamma is None and 0.9 < float(module.scale_beta.mean()) < 1.1
+    later = torch.ones(3, 3, dtype=torch.bool).triu(1)
+    mask = torch.zeros(1, 1, 3, 3).masked_fill(later, float("-inf"))  # causal: 1, 2, 3 keys
+    factor = module.query_scale(mask, 3, torch.float32)  # (1, H, 3, 1)
+    expected = module.scale_beta.view(1, -1, 1, 1) * torch.log(torch.tensor([2.0, 3.0, 4.0])).view(1, 1, 3, 1)
+    torch.testing.assert_close(factor, expected)
+
+
+def test_per_token_scaling_comes_from_each_tokens_hidden_state_and_learns():
+    model = tiny_decoder(attention_scaling="asentmax_per_token", attention_scaling_offset=0.5)
+    module = model.model.decoder.layers[0].self_attn
+    states = torch.randn(2, 3, 32, generator=torch.Generator().manual_seed(1))
+    factor = module.query_scale(None, 10, torch.float32, query_hidden_states=states)  # (2, H, 3, 1)
+    beta = torch.nn.functional.softplus(states @ module.scale_beta_proj.weight.T)  # (2, 3, H)
+    gamma = 2 * torch.tanh(states @ module.scale_gamma_proj.weight.T)
+    expected = 0.5 + beta * math.log(11) ** gamma
+    torch.testing.assert_close(factor.squeeze(-1), expected.transpose(1, 2))
+    tokens = torch.tensor([[BOS, 5, 9, 7, 11]])
+    model.train()
+    model(input_ids=tokens, labels=tokens).loss.backward()
+    assert module.scale_beta_proj.weight.grad.abs().sum() > 0
+    assert module.scale_gamma_proj.weight.grad.abs().sum() > 0
+
+
+def test_position_settings_are_checked_when_the_config_is_made():
+    with pytest.raises(StrictDataclassError, match="`position_embedding_type` must be one of"):
+        tiny_config(position_embedding_type="learned")
+    with pytest.raises(StrictDataclassError, match="`rope_theta` must be a finite number > 1"):
+        tiny_config(position_embedding_type="rope", rope_theta=0.5)
+    with pytest.raises(StrictDataclassError, match="= 9 is odd"):
+        tiny_config(position_embedding_type="rope", d_model=36, encoder_attention_heads=4, decoder_attention_heads=4)
+    with pytest.raises(StrictDataclassError, match="at least 2 heads"):
+        tiny_config(position_embedding_type="nape", encoder_attention_heads=1)
+
+
+@pytest.mark.slow
+def test_decoder_only_folder_loads_and_generates_without_hf_entmax(tmp_path, monkeypatch):
+    model = tiny_decoder(position_embedding_type="nape", attention_scaling="asentmax_per_token")
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_adaptive_entmax_marian.AdaptiveEntmaxMarianConfig",
+        "AutoModelForCausalLM": "modeling_adaptive_entmax_marian.AdaptiveEntmaxMarianForCausalLM",
+    }
+    assert (folder / "positions.py").is_file() and not (folder / "pytorch_model.bin").exists()
+    assert type(AutoModelForCausalLM.from_pretrained(folder)) is AdaptiveEntmaxMarianForCausalLM
+    # Without hf_entmax the folder's files run their PyTorch implementation: compare like with like, bit for bit.
+    monkeypatch.setattr(entmax_module, "native_entmax", None)
+    monkeypatch.setattr(modeling, "native_entmax_attention", None)
+    prompt = torch.tensor([[BOS, 5, 9, 7]])
+    expected = model.generate(prompt, max_new_tokens=6, do_sample=False, eos_token_id=None)
+    results = tmp_path / "results.pt"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["hf_entmax"] = None  # as if hf_entmax were not installed
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules."), type(model)
+        prompt = torch.tensor({prompt.tolist()!r})
+        torch.save(model.generate(prompt, max_new_tokens=6, do_sample=False, eos_token_id=None), {str(results)!r})
+        """
+    )
+    environment = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    completed = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert torch.equal(torch.load(results), expected)
+
+
+def test_get_attention_scales_gives_ssmax_as_the_asentmax_factor_and_the_heads_it_scales():
+    model = tiny_decoder(position_embedding_type="nape", attention_scaling="ssmax")
+    scales = model.get_attention_scales()["decoder_self"]
+    assert scales["method"] == "ssmax" and scales["offset"] == 0.0
+    assert torch.equal(scales["gamma"], torch.ones(2, 4))
+    assert scales["scaled"].tolist() == [[False, False, True, True]] * 2
+    module = model.model.decoder.layers[1].self_attn
+    factor = module.query_scale(None, 20, torch.float32).flatten()
+    expected = scales["offset"] + scales["beta"][1] * math.log(21) ** scales["gamma"][1]
+    torch.testing.assert_close(factor, torch.where(scales["scaled"][1], expected, torch.ones(4)))
+    assert tiny_decoder(attention_scaling="asentmax_per_token").get_attention_scales() == {}
+
+
+def test_weights_with_per_token_scaling_refuse_a_config_without_it(tmp_path):
+    model = tiny_decoder(attention_scaling="asentmax_per_token")
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["attention_scaling"] = None  # edited after saving: the weights still hold the maps
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="back to 'asentmax_per_token'") as error:
+        AdaptiveEntmaxMarianForCausalLM.from_pretrained(tmp_path)
+    assert "scale_beta_proj.weight" in str(error.value)
