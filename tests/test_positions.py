@@ -13,7 +13,7 @@ from helpers import tiny_config, tiny_model
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoModelForCausalLM
 
-from hf_entmax import AdaptiveEntmaxMarianForCausalLM
+from hf_entmax import AdaptiveEntmaxMarianForCausalLM, TranslationPipeline
 from hf_entmax.modeling import entmax as entmax_module
 from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.configuration_adaptive_entmax_marian import check_generation_settings, position_limit
@@ -286,3 +286,15 @@ def test_weights_with_per_token_scaling_refuse_a_config_without_it(tmp_path):
     with pytest.raises(ValueError, match="back to 'asentmax_per_token'") as error:
         AdaptiveEntmaxMarianForCausalLM.from_pretrained(tmp_path)
     assert "scale_beta_proj.weight" in str(error.value)
+
+
+def test_translation_pipeline_takes_long_inputs_with_relative_positions(tokenizer, monkeypatch):
+    model = tiny_model(vocab_size=len(tokenizer), position_embedding_type="alibi", max_position_embeddings=8)
+    monkeypatch.setattr(tokenizer, "model_max_length", 10**30)  # no limit of its own, as a fresh tokenizer
+    translator = TranslationPipeline(model=model, tokenizer=tokenizer)
+    long_text = " ".join(["der kleine hund läuft"] * 10)
+    assert len(tokenizer(long_text).input_ids) > 8
+    assert translator(long_text, max_new_tokens=20)[0]["translation_text"] is not None
+    sinusoidal = tiny_model(vocab_size=len(tokenizer), max_position_embeddings=8)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        TranslationPipeline(model=sinusoidal, tokenizer=tokenizer)(long_text)

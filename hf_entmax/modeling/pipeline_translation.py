@@ -12,7 +12,7 @@ import torch
 from transformers import GenerationConfig, Pipeline
 from transformers.utils import logging
 
-from .configuration_adaptive_entmax_marian import check_generation_settings
+from .configuration_adaptive_entmax_marian import check_generation_settings, position_limit
 
 
 logger = logging.get_logger(__name__)
@@ -41,10 +41,12 @@ class TranslationPipeline(Pipeline):
     - ``max_length`` (`int`): longest translation in tokens, the decoder's start token included, as in
       ``generate``; ``max_new_tokens`` (`int`) counts only the generated tokens. Without either, the model's
       generation config decides, else at most 256 new tokens (within the decoder's positions). A limit beyond
-      the decoder's positions (``config.max_position_embeddings``) is refused.
+      the decoder's sinusoidal positions (``config.max_position_embeddings``) is refused; relative positions
+      (RoPE, ALiBi, NAPE, none) have no such limit.
     - ``truncation`` (`bool` or a tokenizer truncation strategy, default `False`): cut inputs longer than the
-      model takes (``config.max_position_embeddings``, or the tokenizer's ``model_max_length`` if smaller) to
-      that length. Without it, such an input raises a `ValueError` naming its length and the limit.
+      model takes (``config.max_position_embeddings`` for sinusoidal positions, or the tokenizer's
+      ``model_max_length`` if smaller) to that length. Without it, such an input raises a `ValueError` naming its
+      length and the limit.
     - ``return_text`` (`bool`, default `True` unless ``return_tensors=True``): give ``"translation_text"``.
     - ``return_tensors`` (`bool`, default `False` unless ``return_text=False``): give
       ``"translation_token_ids"``, the generated ids (a 1-D tensor, with the decoder's start token, and
@@ -80,10 +82,11 @@ class TranslationPipeline(Pipeline):
         # Pipeline's default device is cuda:0 whenever CUDA exists; stay where the model already is.
         if device is None and isinstance(model, torch.nn.Module):
             device = next(model.parameters()).device
-        # transformers 4's default output limit, but never more than the decoder's positions hold (the start
-        # token takes one). Pipeline adds it only where neither the call nor the model's generation config
-        # sets a length limit.
-        positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        # transformers 4's default output limit, but never more than the decoder's position table holds (the start
+        # token takes one; relative positions have no table). Pipeline adds it only where neither the call nor the
+        # model's generation config sets a length limit.
+        config = getattr(model, "config", None)
+        positions = None if config is None else position_limit(config)
         max_new_tokens = DEFAULT_MAX_NEW_TOKENS if positions is None else min(DEFAULT_MAX_NEW_TOKENS, positions - 1)
         self._default_generation_config = GenerationConfig(max_new_tokens=max_new_tokens)
         super().__init__(*args, device=device, **kwargs)
@@ -132,11 +135,11 @@ class TranslationPipeline(Pipeline):
     def _input_length_limit(self) -> tuple[int, str] | None:
         """The most source tokens (with ``</s>``) the model takes, and where that limit comes from.
 
-        It is the smaller of the encoder's position table (``config.max_position_embeddings``) and the
-        tokenizer's ``model_max_length``; None if neither sets one.
+        It is the smaller of the encoder's position table (``config.max_position_embeddings``, for sinusoidal
+        positions) and the tokenizer's ``model_max_length``; None if neither sets one.
         """
         limits = []
-        positions = getattr(self.model.config, "max_position_embeddings", None)
+        positions = position_limit(self.model.config)
         if positions is not None:
             limits.append((positions, "the model's max_position_embeddings"))
         tokenizer_limit = getattr(self.tokenizer, "model_max_length", None)
