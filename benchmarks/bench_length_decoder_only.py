@@ -1,0 +1,651 @@
+"""Length extrapolation in ASEntmax's own setting: a decoder-only model, NAPE or RoPE positions, copy, reverse, sort,
+MQMTAR and flip-flop, softmax vs SSMax vs 1.5-entmax vs adaptive α-entmax vs ASEntmax.
+
+    python benchmarks/bench_length_decoder_only.py [--tasks copy reverse sort mqmtar] [--positions nape rope]
+        [--variants softmax ssmax entmax15 adaptive adaptive_matched asentmax asentmax_per_token] [--seeds 0 1 2]
+        [--steps 2000] [--train_min_length 32 --train_max_length 64] [--test_multiples 1 2 4 8 16 64]
+        [--markdown docs/benchmarks.md]
+
+The setting of the reference code (github deep-spin/asentmax, ``synthetic/``): one sequence
+``<bos> source <sep> target <eos>`` per example, a causal `AdaptiveEntmaxMarianForCausalLM` trained with the loss on
+the target and its ``<eos>`` only, tested by greedy decoding from ``<bos> source <sep>``. A test string counts only if
+the whole output and its ``<eos>`` are right (exact match); the share of the answer's positions right, position by
+position, shows how far into a long answer a model stays right. ``length`` is the reference's ``seq_len``:
+
+- `copy`, `reverse`, `sort`: a string of ``length`` symbols out of ``--symbols`` (the reference's 32) and the same
+  string, reversed or sorted;
+- `mqmtar` (multi-query multi-token associative recall): ``length`` tokens holding ⌊0.8 · length / 6⌋ key–value pairs
+  ``k k : v v`` (keys and values two letters out of ``--mqmtar_alphabet``, distinct within a string), each pair in a
+  block of spaces at a random offset drawn as the reference's generator draws it, then ``--mqmtar_queries`` queries
+  ``? k k``; the target is ``? v v`` for each query. The reference uses an alphabet of 256 letters (and 10k
+  pairs to draw from); 32 letters keep the keys distinct up to 64 × 64 tokens (546 pairs out of 1,024 keys) and
+  leave a small model fewer embeddings to learn on a CPU;
+- `flip-flop`: ``length / 2`` (command, bit) pairs, commands `write` (probability ``--flip_flop_write_prob``, 0.1 as
+  in the reference) or `ignore`, the first always `write`, the last `read` without its bit; the target is the bit of
+  the last `write`. The reference writes no ``<sep>`` there (`read` ends the source); here every task has one.
+
+Training strings have lengths drawn uniformly from [--train_min_length, --train_max_length] ([32, 64], the
+reference's ``seq_len 48 ± 16``); test strings have exactly ``multiple × --train_max_length`` (64 … 4,096 by default).
+
+Variants (`VARIANTS`), which differ only in the attention:
+
+- `softmax`: α = 1, fixed; `ssmax`: softmax with scalable-softmax queries (× s_h · log n, s_h learned);
+- `entmax15`: α = 1.5, fixed;
+- `adaptive`: α learned per head from the paper's random start, queries unscaled; `adaptive_matched`: the same with
+  softmax-matched queries (× n^(1 − α), hf_entmax's default for fresh models);
+- `asentmax`: α = 1.5, fixed, queries × (1 + β_h · log(n + 1)^γ_h) with β_h, γ_h learned per head;
+  `asentmax_per_token`: the same with β and γ computed from each query token's hidden state. The reference's
+  ASEntmax runs fix α (its ``entmax_alpha: 1.5``, never a parameter) and learn only the scale, so these do too.
+
+Under NAPE the scaled variants scale the heads without a position bias only (the config's default there, as in the
+reference); under RoPE all heads.
+
+Equal budget: every variant of a task and seed sees the same training strings in the same order (the data stream is
+seeded by the seed alone), starts from the same weights wherever its parameters have the softmax model's names and
+shapes (copied from a softmax model drawn from the seed; α logits and scale parameters are the variant's own), and
+trains the same number of steps with the same optimiser: the `from-scratch` recipe's AdamW (learning rate 1e-3,
+β = (0.9, 0.98), no weight decay, gradient clipping at 1, α logits at 10× the rate) with the reference's schedule
+shape, a linear warm-up over ``--warmup`` of the steps then cosine decay to 0. No dropout. The test strings are the
+same for every variant and seed.
+
+Budget. The default model (d_model 64, 2 layers, 4 heads, FFN 4×) and budget (2,000 steps × 32 strings) are sized
+for a 2-core CPU, a few minutes per run (each run logs its steps per second and its seconds of training and testing);
+the reference trains larger models for ~150k steps × 128 on a GPU. Copy, reverse and MQMTAR need a head that finds
+a token by its neighbours (an induction head), which small models learn only after a plateau at loss ln(symbols) that
+a CPU budget may not outlast; sort (counting) is learned sooner. ``--device cuda --steps 20000 --batch_size 128`` is
+nearer the reference's budget.
+
+Long tests are costly (a copy of 4,096 symbols takes 4,097 decoding steps over up to 8,195 keys), so a length gets
+``min(--test_strings, max(--min_test_strings, --test_tokens // length))`` strings: with the defaults 100 at 1×–2×, 64
+at 4×, 32 at 8×, 16 at 16× and 4 at 64× (the table says how many). The prompt is read into the key–value cache
+``--prefill_chunk`` tokens at a time, which bounds the attention scores held at once, and decoding stops when every
+string of a batch has written ``<eos>``. Our own loop, rather than `generate`, is what allows the chunked prefill; it
+decodes as fast as `generate` and gives the same tokens (tests/test_bench_length_decoder_only.py).
+
+Runs already finished in --output_dir are read, not repeated (their settings must match; another --output_dir
+otherwise). ``--markdown docs/benchmarks.md`` writes the table between the markers ``table:length-decoder-only``.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from runs import add_threads_option, benchmark_log, use_threads
+from tables import write_tables
+from transformers import get_cosine_schedule_with_warmup
+
+from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianForCausalLM
+from hf_entmax.kernels.cpu import kernel_available
+from hf_entmax.training.recipes import RECIPES
+from hf_entmax.training.trainer import is_alpha_parameter
+
+
+# The model's special tokens; a task's own tokens (0, 1, …) are shifted by FIRST_SYMBOL.
+PAD, BOS, SEP, EOS, FIRST_SYMBOL = 0, 1, 2, 3, 4
+TABLE = "length-decoder-only"
+RECIPE = RECIPES["from-scratch"]
+
+# MQMTAR's tokens, as the reference's generator numbers them: space, key–value separator, query mark, then letters.
+SPACE, KEY_VALUE_SEPARATOR, QUERY, FIRST_LETTER = 0, 1, 2, 3
+KEY_LETTERS = VALUE_LETTERS = 2
+PAIR_SHARE = 0.8  # of a string's tokens that belong to key–value pairs (the reference's num_kv 0.8)
+# Key, separator, value and the space that closes the pair: the unit the reference counts pairs in.
+PAIR_UNIT = KEY_LETTERS + VALUE_LETTERS + 2
+
+# Flip-flop's tokens: the two bits, then the three commands.
+WRITE, IGNORE, READ = 2, 3, 4
+
+VARIANTS: dict[str, dict] = {
+    "softmax": {"alpha_init": 1.0, "learn_alpha": False},
+    "ssmax": {"alpha_init": 1.0, "learn_alpha": False, "attention_scaling": "ssmax"},
+    "entmax15": {"alpha_init": 1.5, "learn_alpha": False},
+    "adaptive": {"alpha_init": "random", "learn_alpha": True, "attention_scaling": None},
+    "adaptive_matched": {"alpha_init": "random", "learn_alpha": True, "attention_scaling": "softmax_matched"},
+    "asentmax": {"alpha_init": 1.5, "learn_alpha": False, "attention_scaling": "asentmax"},
+    "asentmax_per_token": {"alpha_init": 1.5, "learn_alpha": False, "attention_scaling": "asentmax_per_token"},
+}
+
+POSITIONS = ("nape", "rope", "alibi", "none")
+DEFAULT_TASKS = ("copy", "reverse", "sort", "mqmtar")
+
+
+def random_string(length: int, symbols: int, generator: torch.Generator) -> torch.Tensor:
+    """``(length,)`` symbols drawn uniformly from ``0 … symbols − 1``."""
+    return torch.randint(0, symbols, (length,), generator=generator)
+
+
+def sample_copy(length: int, arguments: argparse.Namespace, generator: torch.Generator):
+    string = random_string(length, arguments.symbols, generator)
+    return string, string
+
+
+def sample_reverse(length: int, arguments: argparse.Namespace, generator: torch.Generator):
+    string = random_string(length, arguments.symbols, generator)
+    return string, string.flip(0)
+
+
+def sample_sort(length: int, arguments: argparse.Namespace, generator: torch.Generator):
+    string = random_string(length, arguments.symbols, generator)
+    return string, string.sort().values
+
+
+def distinct_words(count: int, letters: int, alphabet: int, generator: torch.Generator) -> torch.Tensor:
+    """``(count, letters)`` words of ``letters`` letters out of ``alphabet``, no two alike."""
+    codes = torch.randperm(alphabet**letters, generator=generator)[:count]  # (count,)
+    powers = alphabet ** torch.arange(letters - 1, -1, -1)  # (letters,)
+    return codes[:, None] // powers % alphabet  # (count, letters)
+
+
+def mqmtar_pairs(length: int, alphabet: int) -> int:
+    """How many key–value pairs a MQMTAR string of ``length`` tokens holds (the reference's rule, capped so that
+    keys and values stay distinct)."""
+    return min(int(length * PAIR_SHARE // PAIR_UNIT), alphabet**KEY_LETTERS, alphabet**VALUE_LETTERS)
+
+
+def sample_mqmtar(length: int, arguments: argparse.Namespace, generator: torch.Generator):
+    """A MQMTAR string: key–value pairs in blocks of spaces, then the queries; the target, each query's value.
+
+    Source: ``pairs × ⌊length / pairs⌋`` tokens of blocks, then ``queries × (1 + 2)`` of queries; target
+    ``queries × (1 + 2)``. As in the reference, a pair ``k k : v v ␣`` sits in its block after as many spaces as
+    survive, before it, of a random deletion from a block twice the size with the pair in the middle."""
+    alphabet = arguments.mqmtar_alphabet
+    pairs = mqmtar_pairs(length, alphabet)
+    if pairs < 1:
+        raise ValueError(f"a MQMTAR string needs at least {math.ceil(PAIR_UNIT / PAIR_SHARE)} tokens, got {length}")
+    keys = distinct_words(pairs, KEY_LETTERS, alphabet, generator) + FIRST_LETTER  # (pairs, 2)
+    values = distinct_words(pairs, VALUE_LETTERS, alphabet, generator) + FIRST_LETTER  # (pairs, 2)
+    block = length // pairs
+    wide = 2 * (block + 1)  # the reference's block of spaces before deletion
+    before = wide // 2 - (KEY_LETTERS + VALUE_LETTERS + 1) // 2  # spaces before the pair in it
+    candidates = wide - PAIR_UNIT
+    kept = torch.rand(pairs, candidates, generator=generator).argsort(dim=1)[:, : block - PAIR_UNIT]  # (pairs, kept)
+    offsets = (kept < before).sum(dim=1)  # (pairs,) spaces left before each pair
+    separator = torch.full((pairs, 1), KEY_VALUE_SEPARATOR)
+    pair_tokens = torch.cat([keys, separator, values], dim=1)  # (pairs, 5); the closing space stays a space
+    blocks = torch.full((pairs, block), SPACE)
+    blocks.scatter_(1, offsets[:, None] + torch.arange(pair_tokens.shape[1]), pair_tokens)  # (pairs, block)
+    asked = torch.randint(0, pairs, (arguments.mqmtar_queries,), generator=generator)  # (queries,)
+    marks = torch.full((len(asked), 1), QUERY)
+    source = torch.cat([blocks.flatten(), torch.cat([marks, keys[asked]], dim=1).flatten()])
+    return source, torch.cat([marks, values[asked]], dim=1).flatten()
+
+
+def sample_flip_flop(length: int, arguments: argparse.Namespace, generator: torch.Generator):
+    """``length / 2`` (command, bit) pairs ending with `read` and no bit; the target, the last written bit."""
+    steps = length // 2
+    if steps < 2:
+        raise ValueError(f"a flip-flop string needs at least 4 tokens, got {length}")
+    bits = torch.randint(0, 2, (steps,), generator=generator)
+    writes = torch.rand(steps - 2, generator=generator) < arguments.flip_flop_write_prob
+    commands = torch.cat([torch.tensor([WRITE]), torch.where(writes, WRITE, IGNORE), torch.tensor([READ])])
+    last_write = int((commands == WRITE).nonzero().max())
+    source = torch.stack([commands, bits], dim=1).flatten()[:-1]  # (2 · steps − 1,)
+    return source, bits[last_write : last_write + 1]
+
+
+Sampler = Callable[[int, argparse.Namespace, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
+TASKS: dict[str, Sampler] = {
+    "copy": sample_copy,
+    "reverse": sample_reverse,
+    "sort": sample_sort,
+    "mqmtar": sample_mqmtar,
+    "flip-flop": sample_flip_flop,
+}
+
+
+def task_symbols(task: str, arguments: argparse.Namespace) -> int:
+    """How many tokens of its own a task uses (its vocabulary without the special tokens)."""
+    if task == "mqmtar":
+        return FIRST_LETTER + arguments.mqmtar_alphabet
+    if task == "flip-flop":
+        return READ + 1
+    return arguments.symbols
+
+
+def samples(task: str, lengths: Sequence[int], arguments: argparse.Namespace, generator: torch.Generator) -> list:
+    """One ``(source, target)`` pair of the task per length, in the model's tokens (the task's shifted past the
+    special ones)."""
+    pairs = [TASKS[task](length, arguments, generator) for length in lengths]
+    return [(source + FIRST_SYMBOL, target + FIRST_SYMBOL) for source, target in pairs]
+
+
+def training_batch(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """``<bos> source <sep> target <eos>`` per pair, padded on the right: ``input_ids``, ``attention_mask`` and
+    ``labels``, each ``(batch, longest)``; ``labels`` is ``input_ids`` on the target and its ``<eos>`` and -100
+    elsewhere (the model shifts it), so that the loss is on the target alone."""
+    width = max(len(source) + len(target) + 3 for source, target in pairs)
+    input_ids = torch.full((len(pairs), width), PAD)
+    labels = torch.full((len(pairs), width), -100)
+    for row, (source, target) in enumerate(pairs):
+        sequence = torch.cat([torch.tensor([BOS]), source, torch.tensor([SEP]), target, torch.tensor([EOS])])
+        input_ids[row, : len(sequence)] = sequence
+        answer = len(source) + 2  # where the target starts
+        labels[row, answer : len(sequence)] = sequence[answer:]
+    return {"input_ids": input_ids, "attention_mask": (input_ids != PAD).long(), "labels": labels}
+
+
+def prompts_and_answers(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(prompts, answers)``: ``<bos> source <sep>`` ``(batch, source + 2)`` and ``target <eos>``
+    ``(batch, target + 1)``. The pairs of a test length all have the same lengths, so nothing is padded."""
+    prompts = torch.stack([torch.cat([torch.tensor([BOS]), source, torch.tensor([SEP])]) for source, _ in pairs])
+    answers = torch.stack([torch.cat([target, torch.tensor([EOS])]) for _, target in pairs])
+    return prompts, answers
+
+
+def score(outputs: torch.Tensor, answers: torch.Tensor) -> tuple[int, int]:
+    """``(exact matches, right positions)`` of generated ``outputs`` ``(batch, n)`` against ``answers``
+    ``(batch, length)`` (each ending with ``<eos>``).
+
+    Nothing after an output's first ``<eos>`` counts (it stopped there), and positions it did not reach are wrong;
+    a string matches exactly when all ``length`` positions are right, its ``<eos>`` included."""
+    written = outputs[:, : answers.shape[1]]
+    ended = (written == EOS).long().cumsum(dim=1) - (written == EOS).long() > 0  # after the first <eos>
+    compared = torch.full_like(answers, PAD)
+    compared[:, : written.shape[1]] = written.masked_fill(ended, PAD)
+    right = compared == answers  # (batch, length)
+    return int(right.all(dim=1).sum()), int(right.sum())
+
+
+@torch.inference_mode()
+def greedy_decode(
+    model: AdaptiveEntmaxMarianForCausalLM, prompts: torch.Tensor, max_new_tokens: int, prefill_chunk: int
+) -> torch.Tensor:
+    """Greedy continuations ``(batch, ≤ max_new_tokens)`` of ``prompts`` ``(batch, prompt)`` (unpadded), with the
+    key–value cache: the prompt is read ``prefill_chunk`` tokens at a time, then one token per step, until every row
+    has written ``<eos>`` (rows that ended write ``<pad>``)."""
+    batch, prompt_length = prompts.shape
+    mask = torch.ones(batch, prompt_length + max_new_tokens, dtype=torch.long, device=prompts.device)
+    cache = None
+    for start in range(0, prompt_length, prefill_chunk):
+        end = min(start + prefill_chunk, prompt_length)
+        output = model(
+            input_ids=prompts[:, start:end],
+            attention_mask=mask[:, :end],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = output.cache
+    finished = torch.zeros(batch, dtype=torch.bool, device=prompts.device)
+    tokens = []
+    for step in range(max_new_tokens):
+        predicted = output.logits[:, -1].argmax(dim=-1)  # (batch,)
+        tokens.append(predicted.masked_fill(finished, PAD))
+        finished |= predicted == EOS
+        if finished.all() or step == max_new_tokens - 1:
+            break
+        output = model(
+            input_ids=predicted[:, None],
+            attention_mask=mask[:, : prompt_length + step + 1],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = output.cache
+    return torch.stack(tokens, dim=1)
+
+
+def build_model(task: str, positions: str, variant: str, arguments: argparse.Namespace, seed: int):
+    """The variant's decoder-only model; every parameter it shares (name and shape) with the softmax model of the
+    same seed starts from that model's values, so that variants differ in their attention alone."""
+
+    def draw(overrides: dict) -> AdaptiveEntmaxMarianForCausalLM:
+        torch.manual_seed(seed)
+        ffn = arguments.ffn_multiple * arguments.d_model
+        config = AdaptiveEntmaxMarianConfig(
+            vocab_size=FIRST_SYMBOL + task_symbols(task, arguments),
+            d_model=arguments.d_model,
+            decoder_layers=arguments.layers,
+            decoder_attention_heads=arguments.heads,
+            decoder_ffn_dim=ffn,
+            # The encoder's sizes: unused by the decoder-only model, but the config checks them (and the key–value
+            # cache is sized by `num_hidden_layers`, which a Marian config reads from `encoder_layers`).
+            encoder_layers=arguments.layers,
+            encoder_attention_heads=arguments.heads,
+            encoder_ffn_dim=ffn,
+            # Relative positions have no table; this only has to cover the longest test sequence.
+            max_position_embeddings=2 * max_test_length(arguments) + 64,
+            pad_token_id=PAD,
+            eos_token_id=EOS,
+            bos_token_id=BOS,
+            decoder_start_token_id=BOS,
+            forced_eos_token_id=None,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            position_embedding_type=positions,
+            **overrides,
+        )
+        return AdaptiveEntmaxMarianForCausalLM(config)
+
+    model = draw(VARIANTS[variant])
+    if variant != "softmax":
+        shared = draw(VARIANTS["softmax"]).state_dict()
+        own = model.state_dict()
+        model.load_state_dict(
+            {
+                name: shared[name] if name in shared and shared[name].shape == value.shape else value
+                for name, value in own.items()
+            }
+        )
+    return model
+
+
+def max_test_length(arguments: argparse.Namespace) -> int:
+    return max(arguments.test_multiples) * arguments.train_max_length
+
+
+def training_lengths(arguments: argparse.Namespace, generator: torch.Generator) -> list[int]:
+    """A training batch's string lengths, uniform in [--train_min_length, --train_max_length]."""
+    bounds = (arguments.train_min_length, arguments.train_max_length + 1)
+    return torch.randint(*bounds, (arguments.batch_size,), generator=generator).tolist()
+
+
+def train(model, task: str, arguments: argparse.Namespace, seed: int, log) -> dict:
+    """Train for ``--steps`` steps (AdamW with the from-scratch recipe's settings, warm-up then cosine); return the
+    mean loss of the last 10% of steps and the steps per second."""
+    settings = RECIPE.settings
+    alpha_parameters = [parameter for name, parameter in model.named_parameters() if is_alpha_parameter(name)]
+    other_parameters = [parameter for name, parameter in model.named_parameters() if not is_alpha_parameter(name)]
+    groups = [{"params": other_parameters}]
+    if alpha_parameters:
+        groups.append({"params": alpha_parameters, "lr": arguments.learning_rate * RECIPE.alpha_learning_rate_ratio})
+    optimizer = torch.optim.AdamW(
+        groups,
+        lr=arguments.learning_rate,
+        betas=(settings["adam_beta1"], settings["adam_beta2"]),
+        weight_decay=settings["weight_decay"],
+    )
+    schedule = get_cosine_schedule_with_warmup(
+        optimizer, num_warmup_steps=math.ceil(arguments.warmup * arguments.steps), num_training_steps=arguments.steps
+    )
+    data = torch.Generator().manual_seed(seed)
+    last_losses = []
+    model.train()
+    started = time.perf_counter()
+    for step in range(1, arguments.steps + 1):
+        pairs = samples(task, training_lengths(arguments, data), arguments, data)
+        batch = {name: tensor.to(model.device) for name, tensor in training_batch(pairs).items()}
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        if not math.isfinite(loss.item()):
+            sys.exit(f"{task} seed {seed}: the loss is {loss.item()} at step {step}")
+        if step > arguments.steps * 0.9:
+            last_losses.append(loss.item())
+        if step % arguments.log_every == 0 or step == arguments.steps:
+            rate = step / (time.perf_counter() - started)
+            log(f"  step {step}/{arguments.steps}: loss {loss.item():.4f} ({rate:.1f} steps/s)")
+    seconds = time.perf_counter() - started
+    return {
+        "final training loss": statistics.mean(last_losses),
+        "steps per second": round(arguments.steps / seconds, 2),
+    }
+
+
+def test_count(length: int, arguments: argparse.Namespace) -> int:
+    """How many test strings a length gets: fewer for the long ones, never fewer than --min_test_strings."""
+    return min(arguments.test_strings, max(arguments.min_test_strings, arguments.test_tokens // length))
+
+
+@torch.inference_mode()
+def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) -> tuple[float, float]:
+    """``(exact match, symbol accuracy)`` of greedy decoding on test strings of ``length``: the share of strings
+    whose output is exactly the target and its ``<eos>``, and the share of all answer positions right.
+
+    The test strings depend only on the task, ``length`` and ``--test_seed``: every variant and seed gets the same
+    ones."""
+    model.eval()
+    data = torch.Generator().manual_seed(arguments.test_seed * 100_003 + length)
+    count = test_count(length, arguments)
+    pairs = samples(task, [length] * count, arguments, data)
+    size = max(1, arguments.eval_tokens // (len(pairs[0][0]) + 2))  # strings per decoding batch
+    correct, right_positions, positions = 0, 0, 0
+    for start in range(0, count, size):
+        prompts, answers = prompts_and_answers(pairs[start : start + size])
+        outputs = greedy_decode(model, prompts.to(model.device), answers.shape[1], arguments.prefill_chunk)
+        exact, right = score(outputs.cpu(), answers)
+        correct, right_positions, positions = correct + exact, right_positions + right, positions + answers.numel()
+    return correct / count, right_positions / positions
+
+
+def learned_attention(model) -> dict:
+    """Mean α per attention type, and the mean of each learned scale parameter over the heads that scale (under
+    NAPE, the heads without a position bias), with their number."""
+    summary = {f"mean α {kind}": round(alphas.mean().item(), 3) for kind, alphas in model.get_alphas().items()}
+    for kind, scales in model.get_attention_scales().items():
+        scaled = scales.get("scaled")
+        for name, values in scales.items():
+            if name == "scaled" or not isinstance(values, torch.Tensor):
+                continue
+            if isinstance(scaled, torch.Tensor) and scaled.shape == values.shape and scaled.any():
+                values = values[scaled.bool()]
+            summary[f"mean {name} {kind}"] = round(values.float().mean().item(), 3)
+        if isinstance(scaled, torch.Tensor):
+            summary[f"scaled heads {kind}"] = int(scaled.sum())
+    return summary
+
+
+SETTINGS = (
+    "train_min_length",
+    "train_max_length",
+    "test_multiples",
+    "symbols",
+    "mqmtar_alphabet",
+    "mqmtar_queries",
+    "flip_flop_write_prob",
+    "steps",
+    "batch_size",
+    "learning_rate",
+    "warmup",
+    "d_model",
+    "layers",
+    "heads",
+    "ffn_multiple",
+    "test_strings",
+    "min_test_strings",
+    "test_tokens",
+    "test_seed",
+)
+
+
+def run_settings(variant: str, arguments: argparse.Namespace) -> dict:
+    """What a run's result depends on: the settings above and the variant's config overrides."""
+    return {**{name: getattr(arguments, name) for name in SETTINGS}, "variant": VARIANTS[variant]}
+
+
+def run_one(task: str, positions: str, variant: str, seed: int, arguments: argparse.Namespace, log) -> dict:
+    """Train and test one model, or read its result if this run already finished with the same settings."""
+    folder = Path(arguments.output_dir) / task / positions / variant / f"seed{seed}"
+    result_file = folder / "result.json"
+    settings = run_settings(variant, arguments)
+    if result_file.exists():
+        result = json.loads(result_file.read_text())
+        if result["settings"] != settings:
+            sys.exit(
+                f"{result_file} was measured with other settings ({result['settings']}); use another --output_dir"
+            )
+        log(f"{task} / {positions} / {variant} / seed {seed}: finished before, read from {result_file}")
+        return result
+    log(f"{task} / {positions} / {variant} / seed {seed}: training {arguments.steps} steps")
+    model = build_model(task, positions, variant, arguments, seed).to(arguments.device)
+    started = time.perf_counter()
+    trained = train(model, task, arguments, seed, log)
+    tested = time.perf_counter()
+    accuracy, symbol_accuracy = {}, {}
+    for multiple in arguments.test_multiples:
+        length = multiple * arguments.train_max_length
+        began = time.perf_counter()
+        accuracy[str(multiple)], symbol_accuracy[str(multiple)] = test_accuracy(model, task, length, arguments)
+        log(
+            f"  {multiple}× (length {length}, {test_count(length, arguments)} strings): exact match "
+            f"{accuracy[str(multiple)]:.3f}, positions {symbol_accuracy[str(multiple)]:.3f} "
+            f"({time.perf_counter() - began:.1f} s)"
+        )
+    result = {
+        "settings": settings,
+        **trained,
+        "exact match": accuracy,
+        "symbol accuracy": symbol_accuracy,
+        "learned": learned_attention(model),
+        "training seconds": round(tested - started, 1),
+        "test seconds": round(time.perf_counter() - tested, 1),
+    }
+    log(
+        f"  cost: {result['training seconds']:.0f} s training ({trained['steps per second']} steps/s), "
+        f"{result['test seconds']:.0f} s testing"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    result_file.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def percentages(runs: list[dict], multiple: str) -> str:
+    """A table cell: exact match and, in parentheses, the share of answer positions right, in %, mean over runs."""
+    exact = statistics.mean(run["exact match"][multiple] for run in runs)
+    symbols = statistics.mean(run["symbol accuracy"][multiple] for run in runs)
+    return f"{100 * exact:.1f} ({100 * symbols:.1f})"
+
+
+def table(results: dict, arguments: argparse.Namespace) -> str:
+    """Exact match (and position accuracy) in % per (task, positions, variant) and test length, mean over seeds."""
+    multiples = arguments.test_multiples
+    lengths = [multiple * arguments.train_max_length for multiple in multiples]
+    header = " | ".join(f"{multiple}× ({length})" for multiple, length in zip(multiples, lengths, strict=True))
+    counts = " | ".join(str(test_count(length, arguments)) for length in lengths)
+    lines = [
+        f"| task | positions | attention | final loss | {header} |",
+        f"| --- | --- | --- | ---: | {' | '.join('---:' for _ in multiples)} |",
+        f"| *test strings* | | | | {counts} |",
+    ]
+    for (task, positions, variant), runs in results.items():
+        loss = statistics.mean(run["final training loss"] for run in runs)
+        cells = " | ".join(percentages(runs, str(multiple)) for multiple in multiples)
+        lines.append(f"| {task} | {positions} | {variant} | {loss:.3f} | {cells} |")
+    lines += [
+        "",
+        "Exact-match accuracy (%) of greedy decoding, and in parentheses the share of answer positions right (%, "
+        f"position by position), mean over seeds {' '.join(map(str, arguments.seeds))}. Decoder-only "
+        f"(`<bos> source <sep> target <eos>`, loss on the target), trained on lengths {arguments.train_min_length}–"
+        f"{arguments.train_max_length}, {arguments.steps} steps × batch {arguments.batch_size}, AdamW "
+        f"{arguments.learning_rate:g} with {arguments.warmup:.0%} warm-up then cosine; d_model {arguments.d_model}, "
+        f"{arguments.layers} layers, {arguments.heads} heads, FFN {arguments.ffn_multiple}×, no dropout. "
+        "`nape`: ALiBi on half of the heads, no position on the others (query scaling on those only); `rope`: "
+        "rotary positions on all heads.",
+    ]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("--output_dir", default="benchmarks/outputs/length-decoder-only")
+    add("--tasks", nargs="+", choices=list(TASKS), default=list(DEFAULT_TASKS))
+    add("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    add("--positions", nargs="+", choices=POSITIONS, default=["nape", "rope"])
+    add("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    add("--train_min_length", type=int, default=32, help="shortest training string (the task's length)")
+    add("--train_max_length", type=int, default=64, help="longest training string; tests are multiples of it")
+    add("--test_multiples", nargs="+", type=int, default=[1, 2, 4, 8, 16, 64])
+    add("--symbols", type=int, default=32, help="copy, reverse, sort: distinct symbols in the strings")
+    add("--mqmtar_alphabet", type=int, default=32, help="MQMTAR: letters keys and values are made of")
+    add("--mqmtar_queries", type=int, default=4, help="MQMTAR: queries per string")
+    add("--flip_flop_write_prob", type=float, default=0.1, help="flip-flop: probability of a write command")
+    add("--steps", type=int, default=2000)
+    add("--batch_size", type=int, default=32)
+    add("--learning_rate", type=float, default=RECIPE.settings["learning_rate"])
+    add("--warmup", type=float, default=RECIPE.settings["warmup_steps"], help="share of the steps warming up")
+    add("--d_model", type=int, default=64)
+    add("--layers", type=int, default=2)
+    add("--heads", type=int, default=4)
+    add("--ffn_multiple", type=int, default=4, help="the feed-forward width, in multiples of d_model")
+    add("--test_strings", type=int, default=100, help="test strings per length, at most")
+    add("--min_test_strings", type=int, default=4, help="test strings per length, at least")
+    add("--test_tokens", type=int, default=16384, help="test tokens per length, about")
+    add("--test_seed", type=int, default=1234)
+    add("--eval_tokens", type=int, default=32768, help="prompt tokens per decoding batch")
+    add("--prefill_chunk", type=int, default=1024, help="prompt tokens read into the cache at once")
+    add("--log_every", type=int, default=250)
+    add_threads_option(parser)
+    add("--device", default="cpu", help="cpu, cuda or cuda:N (training and test)")
+    add("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
+    return parser
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, checked: positive sizes, a training range that MQMTAR and flip-flop can fill."""
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    positive = ("train_min_length", "symbols", "mqmtar_alphabet", "mqmtar_queries", "steps", "batch_size")
+    positive += ("d_model", "layers", "heads", "test_strings", "min_test_strings", "eval_tokens", "prefill_chunk")
+    for name in (*positive, "log_every", "ffn_multiple", "test_tokens"):
+        if getattr(arguments, name) < 1:
+            parser.error(f"--{name} must be a positive integer, got {getattr(arguments, name)}")
+    if arguments.train_max_length < arguments.train_min_length:
+        parser.error(
+            f"--train_max_length ({arguments.train_max_length}) is below --train_min_length "
+            f"({arguments.train_min_length})"
+        )
+    if min(arguments.test_multiples) < 1:
+        parser.error(f"--test_multiples must be positive integers, got {arguments.test_multiples}")
+    if not 0 <= arguments.warmup <= 1:
+        parser.error(f"--warmup is a share of the steps, in [0, 1], got {arguments.warmup}")
+    if not 0 < arguments.flip_flop_write_prob < 1:
+        parser.error(f"--flip_flop_write_prob must be in (0, 1), got {arguments.flip_flop_write_prob}")
+    shortest = {"mqmtar": math.ceil(PAIR_UNIT / PAIR_SHARE), "flip-flop": 4}
+    for task, length in shortest.items():
+        if task in arguments.tasks and arguments.train_min_length < length:
+            parser.error(f"--train_min_length must be at least {length} for {task}, got {arguments.train_min_length}")
+    return arguments
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    arguments = parse_arguments(argv)
+    use_threads(arguments)
+    try:
+        arguments.device = torch.device(arguments.device)
+        torch.empty(0, device=arguments.device)
+    except (RuntimeError, AssertionError) as error:
+        sys.exit(f"--device {arguments.device}: not usable here ({error})")
+
+    out = Path(arguments.output_dir)
+    command = shlex.join(
+        ["python", "benchmarks/bench_length_decoder_only.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    machine = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads, {arguments.device}), "
+        f"native kernel: {'yes' if kernel_available() else 'no'}"
+    )
+    started = time.perf_counter()
+    with benchmark_log(out, command, vars(arguments), machine) as log:
+        results = {}
+        for task in arguments.tasks:
+            for positions in arguments.positions:
+                for variant in arguments.variants:
+                    for seed in arguments.seeds:
+                        result = run_one(task, positions, variant, seed, arguments, log)
+                        results.setdefault((task, positions, variant), []).append(result)
+        markdown = table(results, arguments)
+        log(markdown)
+        log(f"{len(results)} rows in {time.perf_counter() - started:.0f} s")
+    (out / "results.json").write_text(json.dumps({" ".join(key): runs for key, runs in results.items()}, indent=1))
+    if arguments.markdown:
+        measured = f"Measured on {time.strftime('%Y-%m-%d')} ({machine}) with `{command}`."
+        write_tables(arguments.markdown, {TABLE: f"{markdown}\n\n{measured}"})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The decoder-only length benchmark (benchmarks/bench_length_decoder_only.py): its tasks, batches, decoding and
+scoring, the reuse of finished runs, and one tiny run end to end that writes its table between the markers.
+
+The task checks read the generated strings with rules restated here (sorted order, the key–value pairs found by
+scanning the source), not with the generators' own code."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import bench_length_decoder_only as bench  # noqa: E402
+
+
+TINY = [
+    "--d_model", "32", "--layers", "2", "--heads", "2", "--steps", "3", "--batch_size", "4",
+    "--train_min_length", "8", "--train_max_length", "12", "--test_multiples", "1", "2",
+    "--test_strings", "3", "--min_test_strings", "2", "--symbols", "6", "--log_every", "1",
+]  # fmt: skip
+
+
+@pytest.fixture
+def arguments():
+    return bench.parse_arguments(TINY)
+
+
+def generator(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def tiny_model(arguments, task: str = "copy", positions: str = "nape", variant: str = "softmax", seed: int = 0):
+    return bench.build_model(task, positions, variant, arguments, seed).eval()
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "sort"])
+def test_string_tasks_answer_what_they_claim(task, arguments):
+    data = generator()
+    for length in (1, 8, 30):
+        source, target = bench.TASKS[task](length, arguments, data)
+        assert source.shape == target.shape == (length,)
+        assert 0 <= source.min() and source.max() < arguments.symbols
+        expected = {
+            "copy": source.tolist(),
+            "reverse": source.tolist()[::-1],
+            "sort": sorted(source.tolist()),
+        }[task]
+        assert target.tolist() == expected
+
+
+def test_training_lengths_cover_the_range_and_nothing_else(arguments):
+    arguments.batch_size = 500
+    lengths = bench.training_lengths(arguments, generator())
+    assert set(lengths) == set(range(arguments.train_min_length, arguments.train_max_length + 1))
+
+
+@pytest.mark.parametrize("length", [8, 48, 64, 700])
+def test_mqmtar_targets_are_the_values_of_the_queried_keys(length, arguments):
+    queries = arguments.mqmtar_queries
+    source, target = bench.sample_mqmtar(length, arguments, generator(length))
+    source, target = source.tolist(), target.tolist()
+    query_part, pairs_part = source[-3 * queries :], source[: -3 * queries]
+    assert len(pairs_part) <= length
+    # Scan the pairs part: spaces, and `k k : v v` followed by a space.
+    values, position = {}, 0
+    while position < len(pairs_part):
+        if pairs_part[position] == bench.SPACE:
+            position += 1
+            continue
+        key, separator = tuple(pairs_part[position : position + 2]), pairs_part[position + 2]
+        value, closing = tuple(pairs_part[position + 3 : position + 5]), pairs_part[position + 5]
+        assert separator == bench.KEY_VALUE_SEPARATOR and closing == bench.SPACE
+        assert min(key + value) >= bench.FIRST_LETTER and key not in values
+        values[key] = value
+        position += 6
+    assert len(values) == bench.mqmtar_pairs(length, arguments.mqmtar_alphabet) >= 1
+    assert len(set(values.values())) == len(values)  # values distinct too
+    expected = []
+    for start in range(0, 3 * queries, 3):
+        assert query_part[start] == bench.QUERY
+        expected += [bench.QUERY, *values[tuple(query_part[start + 1 : start + 3])]]
+    assert target == expected
+
+
+def test_mqmtar_pairs_sit_at_varied_offsets_of_equal_blocks(arguments):
+    source, _ = bench.sample_mqmtar(480, arguments, generator())
+    pairs = bench.mqmtar_pairs(480, arguments.mqmtar_alphabet)
+    block = 480 // pairs
+    blocks = torch.tensor(source[: pairs * block].tolist()).view(pairs, block)
+    offsets = (blocks != bench.SPACE).long().argmax(dim=1)  # the first letter of each block's key
+    assert ((blocks != bench.SPACE).sum(dim=1) == 5).all()  # one pair (5 tokens) per block
+    assert len(set(offsets.tolist())) > 1
+
+
+def test_flip_flop_answers_the_last_written_bit(arguments):
+    data = generator()
+    for length in (4, 5, 48, 200):
+        source, target = bench.sample_flip_flop(length, arguments, data)
+        source = source.tolist()
+        assert len(source) == 2 * (length // 2) - 1 and source[-1] == bench.READ and source[0] == bench.WRITE
+        commands, bits = source[0::2], source[1::2]
+        last_write = max(index for index, command in enumerate(commands) if command == bench.WRITE)
+        assert target.tolist() == [bits[last_write]]
+
+
+def test_the_training_batch_labels_the_target_and_its_eos_only(arguments):
+    pairs = bench.samples("reverse", [3, 5], arguments, generator())
+    batch = bench.training_batch(pairs)
+    for row, (source, target) in enumerate(pairs):
+        sequence = [bench.BOS, *source.tolist(), bench.SEP, *target.tolist(), bench.EOS]
+        width = batch["input_ids"].shape[1]
+        assert batch["input_ids"][row].tolist() == sequence + [bench.PAD] * (width - len(sequence))
+        assert batch["attention_mask"][row].sum() == len(sequence)
+        labelled = (batch["labels"][row] != -100).nonzero().flatten().tolist()
+        assert labelled == list(range(len(source) + 2, len(sequence)))
+        assert batch["labels"][row, labelled].tolist() == [*target.tolist(), bench.EOS]
+
+
+def test_the_loss_is_the_cross_entropy_of_the_target_positions(arguments):
+    model = tiny_model(arguments)
+    batch = bench.training_batch(bench.samples("copy", [4, 7], arguments, generator()))
+    output = model(**batch)
+    # The model predicts token t + 1 at position t: the labelled positions, shifted by one.
+    logits, labels = output.logits[:, :-1], batch["labels"][:, 1:]
+    expected = torch.nn.functional.cross_entropy(logits[labels != -100], labels[labels != -100])
+    torch.testing.assert_close(output.loss, expected)
+    # A loss over every position (the source's too) would be another number.
+    everything = batch["input_ids"][:, 1:][batch["attention_mask"][:, 1:] == 1]
+    assert not torch.isclose(
+        output.loss, torch.nn.functional.cross_entropy(logits[batch["attention_mask"][:, 1:] == 1], everything)
+    )
+
+
+def test_score_counts_exact_matches_and_positions():
+    eos, pad = bench.EOS, bench.PAD
+    answers = torch.tensor([[5, 6, 7, eos], [5, 6, 7, eos], [5, 6, 7, eos], [5, 6, 7, eos]])
+    outputs = torch.tensor(
+        [
+            [5, 6, 7, eos],  # right: exact, 4 positions
+            [5, 9, 7, eos],  # one wrong symbol: 3 positions
+            [5, eos, 7, eos],  # stopped early: what follows <eos> does not count, 1 position
+            [5, 6, 7, 7],  # no <eos>: 3 positions
+        ]
+    )
+    assert bench.score(outputs, answers) == (1, 4 + 3 + 1 + 3)
+    # Shorter outputs (every string of the batch stopped) count the missing positions as wrong.
+    assert bench.score(torch.tensor([[5, eos], [5, 6]]), answers[:2]) == (0, 1 + 2)
+    assert bench.score(torch.tensor([[5, 6, 7, eos, pad]]), answers[:1]) == (1, 4)
+
+
+def test_greedy_decoding_matches_generate_whatever_the_prefill_chunk(arguments):
+    model = tiny_model(arguments, positions="nape", variant="asentmax")
+    prompts, answers = bench.prompts_and_answers(bench.samples("copy", [9, 9, 9], arguments, generator()))
+    expected = model.generate(
+        prompts,
+        attention_mask=torch.ones_like(prompts),
+        max_new_tokens=answers.shape[1],
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=bench.EOS,
+        pad_token_id=bench.PAD,
+    )[:, prompts.shape[1] :]
+    for chunk in (1, 4, 100):
+        outputs = bench.greedy_decode(model, prompts, answers.shape[1], prefill_chunk=chunk)
+        assert torch.equal(outputs, expected[:, : outputs.shape[1]]), chunk
+
+
+def test_variants_start_from_the_softmax_weights_where_shapes_allow(arguments):
+    softmax = tiny_model(arguments).state_dict()
+    asentmax = tiny_model(arguments, variant="asentmax_per_token").state_dict()
+    shared = [name for name in softmax if name in asentmax]
+    assert shared and all(torch.equal(softmax[name], asentmax[name]) for name in shared)
+    assert set(asentmax) - set(softmax)  # the scale's own parameters
+    other_seed = tiny_model(arguments, seed=1).state_dict()
+    assert not all(torch.equal(softmax[name], other_seed[name]) for name in softmax)
+
+
+@pytest.mark.parametrize("positions", ["nape", "rope"])
+def test_every_variant_builds_trains_and_reports_what_it_learns(positions, arguments):
+    batch = bench.training_batch(bench.samples("sort", [8, 12], arguments, generator()))
+    for variant, overrides in bench.VARIANTS.items():
+        model = tiny_model(arguments, "sort", positions, variant)
+        model(**batch).loss.backward()
+        learned = bench.learned_attention(model)
+        alpha = learned["mean α decoder_self"]
+        assert alpha == overrides["alpha_init"] if overrides["learn_alpha"] is False else 1 <= alpha <= 2, variant
+        if overrides.get("attention_scaling") in ("asentmax", "ssmax"):
+            heads = arguments.layers * arguments.heads
+            assert learned["scaled heads decoder_self"] == (heads // 2 if positions == "nape" else heads), variant
+
+
+def test_a_finished_run_is_read_and_one_with_other_settings_refused(arguments, tmp_path, monkeypatch):
+    arguments.output_dir = str(tmp_path)
+    folder = tmp_path / "copy" / "nape" / "softmax" / "seed0"
+    folder.mkdir(parents=True)
+    finished = {"settings": bench.run_settings("softmax", arguments), "exact match": {"1": 0.5}}
+    (folder / "result.json").write_text(json.dumps(finished))
+
+    def no_training(*_):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(bench, "build_model", no_training)
+    assert bench.run_one("copy", "nape", "softmax", 0, arguments, print) == finished
+    arguments.steps += 1
+    with pytest.raises(SystemExit, match="other settings"):
+        bench.run_one("copy", "nape", "softmax", 0, arguments, print)
+
+
+def test_the_command_line_refuses_an_empty_training_range():
+    with pytest.raises(SystemExit):
+        bench.parse_arguments(["--train_min_length", "70", "--train_max_length", "64"])
+    with pytest.raises(SystemExit):
+        bench.parse_arguments(["--tasks", "mqmtar", "--train_min_length", "4", "--train_max_length", "8"])
+
+
+def test_a_tiny_benchmark_writes_its_table_between_the_markers_and_reuses_its_runs(tmp_path, capsys):
+    document = tmp_path / "benchmarks.md"
+    document.write_text(
+        "# Benchmarks\n\n<!-- table:length-decoder-only -->\nold\n<!-- /table:length-decoder-only -->\n"
+    )
+    command = [*TINY, "--output_dir", str(tmp_path / "out"), "--tasks", "copy", "mqmtar", "--positions", "nape"]
+    command += ["--variants", "asentmax", "--seeds", "0", "--markdown", str(document)]
+    bench.main(command)
+    text = document.read_text()
+    assert "old" not in text and text.startswith("# Benchmarks")
+    table = text[text.index("<!-- table:length-decoder-only -->") : text.index("<!-- /table:length-decoder-only -->")]
+    rows = [line for line in table.splitlines() if line.startswith(("| copy", "| mqmtar"))]
+    assert [row.split(" | ")[:3] for row in rows] == [["| copy", "nape", "asentmax"], ["| mqmtar", "nape", "asentmax"]]
+    assert "bench_length_decoder_only.py" in table and "--tasks copy mqmtar" in table
+    result = json.loads((tmp_path / "out" / "copy" / "nape" / "asentmax" / "seed0" / "result.json").read_text())
+    assert set(result["exact match"]) == {"1", "2"} and result["steps per second"] > 0
+    capsys.readouterr()
+    bench.main(command)  # everything finished: read, not trained
+    output = capsys.readouterr().out
+    assert output.count("finished before") == 2 and "training 3 steps" not in output
