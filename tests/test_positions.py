@@ -154,7 +154,9 @@ def test_causal_lm_loss_scores_each_label_against_the_previous_position():
 
 
 def test_decoder_only_model_has_no_cross_attention_and_reports_its_alphas():
-    model = tiny_decoder()
+    model = tiny_decoder(encoder_layers=1, decoder_layers=2, encoder_attention_heads=2)
+    # transformers sizes caches by the encoder's fields of a Marian config: the model gives them the decoder's sizes.
+    assert model.generate(torch.tensor([[BOS, 5]]), max_new_tokens=3, eos_token_id=None).shape == (1, 5)
     assert model.config.is_decoder and not model.config.is_encoder_decoder
     assert not [name for name in model.state_dict() if "encoder" in name]
     assert set(model.get_alphas()) == {"decoder_self"}

@@ -1080,7 +1080,7 @@ class AdaptiveEntmaxMarianForCausalLM(AdaptiveEntmaxMarianPreTrainedModel, Gener
 
     It reads the config's decoder fields (``decoder_layers``, ``decoder_attention_heads``, ``decoder_ffn_dim``,
     ``decoder_vocab_size``, the ``decoder_self_*`` α and scaling settings) and sets ``is_decoder=True``,
-    ``is_encoder_decoder=False``. Sequence-to-sequence tasks are one sequence, e.g. ``<bos> source <sep> target
+    ``is_encoder_decoder=False``, and the encoder's layer and head counts to the decoder's. Sequence-to-sequence tasks are one sequence, e.g. ``<bos> source <sep> target
     <eos>``, with the loss on the target (labels −100 elsewhere), as ASEntmax's reference trains its synthetic tasks.
 
     Unlike `MarianForCausalLM`, labels are the inputs themselves, shifted inside the model (the convention of GPT-2
@@ -1092,6 +1092,10 @@ class AdaptiveEntmaxMarianForCausalLM(AdaptiveEntmaxMarianPreTrainedModel, Gener
     def __init__(self, config: AdaptiveEntmaxMarianConfig):
         config.is_decoder = True
         config.is_encoder_decoder = False
+        # transformers reads a Marian config's `num_hidden_layers` and `num_attention_heads` from its encoder fields
+        # (to size caches, e.g.); there is no encoder here, so they take the decoder's sizes.
+        config.encoder_layers = config.decoder_layers
+        config.encoder_attention_heads = config.decoder_attention_heads
         MarianPreTrainedModel.__init__(self, config)
         self.model = AdaptiveEntmaxMarianDecoderWrapper(config)
         self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
