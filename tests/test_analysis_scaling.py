@@ -109,7 +109,7 @@ def test_report_has_beta_gamma_and_the_factor_for_scaled_types_only(reports):
 
     markdown = (folder / "both" / "report.md").read_text()
     assert "](query_scales.png)" in markdown
-    assert "- Encoder self-attention scales its queries by 1 + β·log(n + 1)^γ (ASEntmax): " in markdown
+    assert "- Encoder self-attention scales its queries by 1 + β·log(n + 1)^γ per head (ASEntmax): " in markdown
     assert "Cross-attention scales its queries" not in markdown
     tables = markdown.split("## Per head: scaled")[1].split("## Definitions")[0].split("## Per head: plain")
     encoder, decoder, cross = tables[0].split("### ")[1:]
@@ -139,7 +139,7 @@ def test_model_card_section_shows_the_factor_and_checks_the_scales(reports):
         folder / "both", model.get_alphas(), attention_scales=model.get_attention_scales()
     )
     assert "analysis/query_scales.png" in files and "](analysis/query_scales.png)" in section
-    assert "Encoder self-attention scales its queries by 1 + β·log(n + 1)^γ" in section
+    assert "Encoder self-attention scales its queries by 1 + β·log(n + 1)^γ per head" in section
 
     other = model.get_attention_scales()
     other["encoder_self"]["gamma"] = other["encoder_self"]["gamma"] + 0.01

@@ -4,27 +4,30 @@ translation and analysis, the model card and the analysis report."""
 
 import json
 import logging
+import math
 import re
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import SENTENCES, tiny_model
-from transformers import AutoTokenizer, MarianConfig, MarianMTModel
+from transformers import AutoTokenizer, MarianConfig, MarianMTModel, Seq2SeqTrainingArguments
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel
 from hf_entmax.analysis.collect import analyze_model, teacher_forced_attention
-from hf_entmax.analysis.report import write_report
+from hf_entmax.analysis.findings import findings
+from hf_entmax.analysis.report import model_card_section, write_report
 from hf_entmax.cli import main
 from hf_entmax.commands.train import parse_arguments
 from hf_entmax.commands.translate import source_length_limit, translate_lines
 from hf_entmax.errors import HfEntmaxValueError
-from hf_entmax.hub.model_card import ModelCardInfo, render_model_card
+from hf_entmax.hub.model_card import ModelCardInfo, render_model_card, scaling_tables
 from hf_entmax.training.arguments import DataArguments
-from hf_entmax.training.model_loading import load_model
+from hf_entmax.training.model_loading import describe_scaling, load_model, read_starting_point
 from hf_entmax.training.run import check_lengths
 from hf_entmax.training.synthetic import generate_pairs
 from hf_entmax.training.tokenizer import train_joint_tokenizer
+from hf_entmax.training.trainer import AdaptiveEntmaxTrainer, attention_logs
 
 
 QUICK = [
@@ -247,3 +250,81 @@ def test_the_card_and_the_analysis_report_say_which_positions_the_model_uses(tmp
     assert "- Positions: RoPE (θ = 500): " in report_md
     report = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))
     assert report["models"][0]["positions"].startswith("RoPE (θ = 500)")
+
+
+# --- the new query scalings -------------------------------------------------------------------------------------
+
+
+def test_per_token_scaling_under_nape_is_described_trained_without_decay_and_analysed(tmp_path, tokenizer):
+    settings = {"position_embedding_type": "nape", "attention_scaling": "asentmax_per_token"}
+    model = tiny_model(vocab_size=len(tokenizer), **settings)
+    assert model.get_attention_scales() == {}  # no per-head parameter: β and γ come from each token
+    lines = describe_scaling(model, read_starting_point(None), {"attention_scaling": "asentmax_per_token"})
+    assert lines[0] == (
+        "encoder self-attention: queries scaled by δ + β·log(n + 1)^γ with β = softplus(W_β h), γ = 2·tanh(W_γ h) "
+        "per token (ASEntmax per token, new; given; the heads without a position bias only (heads 2, 3)): δ 1"
+    )
+    assert lines[2].startswith("cross-attention:        queries scaled by")
+    assert lines[2].endswith("(ASEntmax per token, new; given): δ 1")  # all of cross-attention's heads scale
+    card = scaling_tables(model)
+    assert "per token (ASEntmax per token), in the heads without a position bias only (heads 2, 3)" in card
+    assert "β:" not in card  # no table of values per head: there are none
+
+    trainer = AdaptiveEntmaxTrainer(model=model, args=Seq2SeqTrainingArguments(str(tmp_path), report_to="none"))
+    decayed = trainer.get_decay_parameter_names(model)
+    assert not [name for name in decayed if "scale_" in name]
+    assert any(name.endswith("q_proj.weight") for name in decayed)
+    assert not [key for key in attention_logs(model) if key.startswith("scale_")]
+
+    analysis = analyze_model(model, SENTENCES[0::2], SENTENCES[1::2], tokenizer=tokenizer, progress=False)
+    scaling = analysis.attention["decoder_self"].scaling
+    assert scaling.method == "asentmax_per_token" and scaling.scaled_heads.tolist() == [False, False, True, True]
+    # β = softplus(W_β h) > 0 and γ = 2·tanh(W_γ h) in (−2, 2): means of what the maps gave the analysed tokens.
+    assert (scaling.beta > 0).all() and (scaling.gamma.abs() < 2).all() and scaling.beta.shape == (2, 4)
+    factor = scaling.factor([10, 100])  # (layers, heads, 2): the ALiBi heads keep 1
+    assert (factor[:, :2] == 1).all() and (factor[:, 2:] != 1).all()
+    sentence = next(text for text in findings(analysis) if text.startswith("Decoder self-attention scales"))
+    assert "in 2 heads of each layer by 1 + β·log(n + 1)^γ with β = softplus" in sentence
+    assert "(each head's mean over the analysed tokens)" in sentence
+    write_report([analysis], tmp_path / "report")
+    section, _ = model_card_section(
+        tmp_path / "report", model.get_alphas(), "figures", attention_scales=model.get_attention_scales()
+    )
+    assert "ASEntmax per token" in section
+
+
+def test_per_token_scaling_of_a_checkpoint_loads_and_converts(tmp_path, marian_folder, train_tokenizer):
+    model = checkpoint_model(marian_folder, train_tokenizer, "--attention_scaling", "asentmax_per_token")
+    assert model.model.encoder.layers[0].self_attn.scale_beta_proj is not None
+    model.save_pretrained(tmp_path / "scaled")
+    train_tokenizer.save_pretrained(tmp_path / "scaled")
+    resumed = checkpoint_model(tmp_path / "scaled", train_tokenizer)
+    weight = resumed.model.encoder.layers[0].self_attn.scale_gamma_proj.weight
+    assert torch.equal(weight, model.model.encoder.layers[0].self_attn.scale_gamma_proj.weight)
+    plain = checkpoint_model(tmp_path / "scaled", train_tokenizer, "--attention_scaling", "none")
+    assert plain.model.encoder.layers[0].self_attn.scale_beta_proj is None
+    argv = ["convert", "--model", str(marian_folder), "--output", str(tmp_path / "converted"), "--no-check_load"]
+    assert main([*argv, "--attention_scaling", "asentmax_per_token"]) == 0
+
+
+def test_ssmax_is_described_logged_carded_and_analysed(tmp_path, tokenizer):
+    model = tiny_model(vocab_size=len(tokenizer), attention_scaling="ssmax", cross_attention_scaling="asentmax")
+    scales = model.get_attention_scales()
+    lines = describe_scaling(model, read_starting_point(None), {"attention_scaling": "ssmax"})
+    assert lines[0].startswith(
+        "encoder self-attention: queries scaled by s·log(n + 1) per head (SSMax, scalable softmax, new; given): s 0."
+    )
+    assert "γ" not in lines[0] and "δ + β·log(n + 1)^γ per head (ASEntmax, new; given): δ 1, β" in lines[2]
+    card = scaling_tables(model)
+    assert "multiplied by s·log(n + 1) per head (SSMax, scalable softmax)\n\ns:\n" in card
+    logs = attention_logs(model)
+    assert "scale_beta/encoder_self/mean" in logs and "scale_gamma/encoder_self/mean" not in logs
+    assert "scale_gamma/cross/mean" in logs
+
+    analysis = analyze_model(model, SENTENCES[0::2], SENTENCES[1::2], tokenizer=tokenizer, progress=False)
+    scaling = analysis.attention["encoder_self"].scaling
+    assert (scaling.method, scaling.offset) == ("ssmax", 0.0) and (scaling.gamma == 1).all()
+    torch.testing.assert_close(scaling.factor(9)[..., 0], scales["encoder_self"]["beta"].double() * math.log(10))
+    assert any("by s·log(n + 1) per head (SSMax, scalable softmax): " in text for text in findings(analysis))
+    write_report([analysis], tmp_path / "report")
+    model_card_section(tmp_path / "report", model.get_alphas(), "figures", attention_scales=scales)  # they agree

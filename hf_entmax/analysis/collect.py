@@ -17,7 +17,11 @@ from transformers.models.marian.modeling_marian import shift_tokens_right
 from ..common.config import describe_positions
 from ..errors import HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, position_limit
-from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianPreTrainedModel, asentmax_scale
+from ..modeling.modeling_adaptive_entmax_marian import (
+    AdaptiveEntmaxMarianAttention,
+    AdaptiveEntmaxMarianPreTrainedModel,
+    asentmax_scale,
+)
 from .inputs import load_analysable_model, read_alpha_history
 from .statistics import (
     allowed_keys,
@@ -40,31 +44,44 @@ TOP_TOKENS = 3
 
 @dataclass
 class QueryScaling:
-    """ASEntmax's learned temperature of one attention type: head h of layer l multiplies a query that may attend to
-    n keys by ``asentmax_scale(n, beta[l, h], gamma[l, h], offset)`` before α-entmax.
+    """The learned query scaling of one attention type: head h of layer l multiplies a query that may attend to n keys
+    by ``asentmax_scale(n, beta[l, h], gamma[l, h], offset)`` before α-entmax (1 in the heads that do not scale).
+
+    ASEntmax per head (``"asentmax"``) learns β and γ; SSMax (``"ssmax"``) is ``s · log(n + 1)``, i.e. β = s, γ = 1
+    and no offset; per-token ASEntmax (``"asentmax_per_token"``) computes β and γ from each query token, and here they
+    are the means over the real queries of the analysed sentences (its factor at their mean β and γ).
 
     Attributes:
         beta, gamma: ``(layers, heads)`` β and γ of each head.
-        offset: The fixed offset δ (``attention_scaling_offset``).
+        offset: The fixed offset δ (``attention_scaling_offset``; 0 for SSMax).
         key_counts: The fewest and the most keys a query of the analysed sentences may attend to.
+        method: ``"asentmax"``, ``"asentmax_per_token"`` or ``"ssmax"``.
+        scaled_heads: ``(heads,)`` bool, the heads that scale (NAPE's NoPE heads by default); None: all of them.
     """
 
     beta: torch.Tensor
     gamma: torch.Tensor
     offset: float
     key_counts: tuple[int, int]
+    method: str = "asentmax"
+    scaled_heads: torch.Tensor | None = None
 
     def factor(self, num_keys: torch.Tensor | int) -> torch.Tensor:
         """The factor of every head at each number of keys: ``(N,)`` or a number → ``(layers, heads, N)``."""
         num_keys = torch.as_tensor(num_keys, dtype=torch.float64).reshape(-1).clamp(min=1.0)  # (N,)
-        return asentmax_scale(num_keys, self.beta.double()[..., None], self.gamma.double()[..., None], self.offset)
+        factor = asentmax_scale(num_keys, self.beta.double()[..., None], self.gamma.double()[..., None], self.offset)
+        if self.scaled_heads is None:
+            return factor
+        return torch.where(self.scaled_heads.view(1, -1, 1), factor, torch.ones((), dtype=factor.dtype))
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "method": self.method,
             "beta": self.beta.tolist(),
             "gamma": self.gamma.tolist(),
             "offset": self.offset,
             "key_counts": list(self.key_counts),
+            "scaled_heads": None if self.scaled_heads is None else self.scaled_heads.tolist(),
         }
 
 
@@ -82,9 +99,9 @@ class AttentionTypeStatistics:
         same_word_mass: ``(layers, heads)`` mean probability on the other subword pieces of the query's word;
             self-attention only.
         top_tokens: ``[layer][head]`` → the most attended tokens as ``(token, share of the head's attention)``.
-        scaling: ASEntmax's β, γ and δ when this attention type scales its queries, else None.
-        scaling_method: The type's query scaling (``attention_scaling``): ``"none"``, ``"softmax_matched"`` or
-            ``"asentmax"``; ``"none"`` for a Marian model.
+        scaling: The learned scaling's β, γ and δ when this attention type scales its queries so, else None.
+        scaling_method: The type's query scaling (``attention_scaling``): ``"none"``, ``"softmax_matched"``,
+            ``"asentmax"``, ``"asentmax_per_token"`` or ``"ssmax"``; ``"none"`` for a Marian model.
     """
 
     alpha: torch.Tensor
@@ -235,14 +252,15 @@ def analyze_model(
     name = name or (source_folder.resolve().name if source_folder else type(model).__name__)
     was_training = model.training
     model.eval()
+    collector = _Collector(model, tokenizer, num_examples)
     try:
-        collector = _Collector(model, tokenizer, num_examples)
         with tqdm(total=len(sources), desc=f"Analysing {name}", unit="sentence", disable=not progress) as bar:
             for start in range(0, len(sources), batch_size):
                 batch_targets = None if targets is None else targets[start : start + batch_size]
                 collector.add_batch(sources[start : start + batch_size], batch_targets, max_length)
                 bar.update(len(sources[start : start + batch_size]))
     finally:
+        collector.close()
         model.train(was_training)
 
     return ModelAnalysis(
@@ -250,7 +268,9 @@ def analyze_model(
         model_type=model.config.model_type,
         num_sentences=len(sources),
         decoder_inputs="greedy translations" if targets is None else "references",
-        attention=collector.results(model_alphas(model), model_scales(model), model_scaling_methods(model)),
+        attention=collector.results(
+            model_alphas(model), model_scales(model), model_scaling_methods(model), model_scaled_heads(model)
+        ),
         alpha_history=read_alpha_history(source_folder) if source_folder else None,
         examples=collector.examples,
         source=str(source_folder) if source_folder else None,
@@ -266,16 +286,28 @@ def model_alphas(model: PreTrainedModel) -> dict[str, torch.Tensor]:
 
 
 def model_scales(model: PreTrainedModel) -> dict[str, dict[str, torch.Tensor | float]]:
-    """ASEntmax's ``{"beta", "gamma", "offset"}`` of the attention types that scale their queries (``{}`` for a
-    model without scaling, and for a Marian model)."""
+    """The per-head ``{"beta", "gamma", "offset", …}`` of the attention types that scale their queries with them
+    (``get_attention_scales()``: SSMax's s as β, γ = 1, no offset); ``{}`` for a model without, and for a Marian
+    model."""
     if isinstance(model, AdaptiveEntmaxMarianPreTrainedModel):
         return model.get_attention_scales()
     return {}
 
 
+def model_scaled_heads(model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """``(heads,)`` bool per attention type whose scaling leaves some heads out (NAPE's ALiBi heads)."""
+    if not isinstance(model, AdaptiveEntmaxMarianPreTrainedModel):
+        return {}
+    heads = {}
+    for module in model.modules():
+        if isinstance(module, AdaptiveEntmaxMarianAttention) and module.scaled_heads is not None:
+            heads[module.attention_type] = torch.tensor(module.scaled_heads)
+    return heads
+
+
 def model_scaling_methods(model: PreTrainedModel) -> dict[str, str]:
-    """Each attention type's query scaling (``"none"``, ``"softmax_matched"``, ``"asentmax"``); a Marian model's is
-    ``"none"``."""
+    """Each attention type's query scaling (``"none"``, ``"softmax_matched"``, ``"asentmax"``,
+    ``"asentmax_per_token"``, ``"ssmax"``); a Marian model's is ``"none"``."""
     if isinstance(model, AdaptiveEntmaxMarianPreTrainedModel):
         return {kind: model.config.scaling_method(kind) for kind in ATTENTION_TYPES}
     return dict.fromkeys(ATTENTION_TYPES, "none")
@@ -410,6 +442,34 @@ class _Collector:
         # The fewest and the most keys a real query may attend to: the lengths ASEntmax's factor was applied at.
         self.key_counts: dict[str, tuple[int, int] | None] = dict.fromkeys(ATTENTION_TYPES)
         self.examples: list[AttentionExample] = []
+        # Per-token ASEntmax has no β, γ per head: they are measured, per head and averaged over the real queries,
+        # from what its maps W_β h and W_γ h give in each teacher-forced pass (the last call of a batch).
+        self.token_scales: dict[str, dict[str, list[_Sum]]] = {}
+        self._projected: dict[tuple[str, int, str], torch.Tensor] = {}
+        self._hooks = []
+        layers = dict.fromkeys(ATTENTION_TYPES, 0)
+        for module in model.modules():
+            if not isinstance(module, AdaptiveEntmaxMarianAttention):
+                continue
+            kind, layer = module.attention_type, layers[module.attention_type]
+            layers[kind] += 1
+            if module.scale_beta_proj is None:
+                continue
+            self.token_scales.setdefault(kind, {"beta": [], "gamma": []})
+            for name, projection in (("beta", module.scale_beta_proj), ("gamma", module.scale_gamma_proj)):
+                self.token_scales[kind][name].append(_Sum())
+                self._hooks.append(projection.register_forward_hook(self._keeper((kind, layer, name))))
+
+    def _keeper(self, key: tuple[str, int, str]):
+        def keep(module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+            self._projected[key] = output.detach()  # (B, Q, H)
+
+        return keep
+
+    def close(self) -> None:
+        """Remove the hooks the collector put on the model."""
+        for hook in self._hooks:
+            hook.remove()
 
     @torch.no_grad()
     def add_batch(self, sources: list[str], targets: list[str] | None, max_length: int) -> None:
@@ -426,6 +486,11 @@ class _Collector:
             "encoder_self": self._word_ids(inputs["input_ids"]),
             "decoder_self": self._word_ids(decoder_input_ids),
         }
+        query_masks = {"encoder_self": source_mask, "decoder_self": target_mask, "cross": target_mask}
+        for (kind, layer, name), projected in self._projected.items():
+            # As the model computes them: β = softplus(W_β h), γ = 2·tanh(W_γ h).
+            values = torch.nn.functional.softplus(projected) if name == "beta" else 2.0 * torch.tanh(projected)
+            self.token_scales[kind][name][layer].add(values.transpose(1, 2), query_masks[kind])  # (B, H, Q)
         attentions = forced.attentions()
         for kind, layers in attentions.items():
             num_keys = allowed[kind].sum(-1)  # (B, Q)
@@ -474,7 +539,15 @@ class _Collector:
         alphas: dict[str, torch.Tensor],
         scales: dict[str, dict[str, torch.Tensor | float]],
         scaling_methods: dict[str, str],
+        scaled_heads: dict[str, torch.Tensor] | None = None,
     ) -> dict[str, AttentionTypeStatistics]:
+        scaled_heads = scaled_heads or {}
+        offset = getattr(self.model.config, "attention_scaling_offset", 0.0)
+        scales = scales | {
+            kind: {name: torch.stack([total.mean() for total in sums]) for name, sums in measured.items()}
+            | {"offset": offset}
+            for kind, measured in self.token_scales.items()
+        }
         results = {}
         for kind in ATTENTION_TYPES:
             sums = self.sums[kind]
@@ -505,6 +578,8 @@ class _Collector:
                     gamma=scales[kind]["gamma"].float(),
                     offset=float(scales[kind]["offset"]),
                     key_counts=self.key_counts[kind],
+                    method=scaling_methods[kind],
+                    scaled_heads=scaled_heads.get(kind),
                 ),
                 scaling_method=scaling_methods[kind],
             )
@@ -530,6 +605,7 @@ __all__ = [
     "analyze_model",
     "layers_and_heads",
     "model_alphas",
+    "model_scaled_heads",
     "model_scales",
     "model_scaling_methods",
     "teacher_forced_attention",

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..common.config import describe_scaling_method
 from ..modeling.configuration_adaptive_entmax_marian import ATTENTION_TITLES, ATTENTION_TYPES
 from .collect import AttentionTypeStatistics, ModelAnalysis, QueryScaling
 
@@ -58,9 +59,12 @@ DEFINITIONS = {
     "top_tokens": "the token types that receive the largest share of the head's attention, summed over queries.",
 }
 SCALING_DEFINITIONS = {
-    "scaling": "ASEntmax (attention types with attention_scaling 'asentmax' only): before α-entmax, head h "
-    "multiplies a query that may attend to n keys (real source tokens; the causal prefix in decoder "
-    "self-attention) by δ + β_h · log(n + 1)^γ_h, with β_h and γ_h learned and the offset δ fixed. The factor "
+    "scaling": "Learned query scaling (attention types with attention_scaling 'asentmax', 'asentmax_per_token' or "
+    "'ssmax'): before α-entmax, head h multiplies a query that may attend to n keys (real source tokens; the causal "
+    "prefix in decoder self-attention) by δ + β_h · log(n + 1)^γ_h, with β_h and γ_h learned and the offset δ fixed "
+    "(SSMax: s_h · log(n + 1), i.e. β = s, γ = 1, δ = 0; per-token ASEntmax: β and γ computed from each query token, "
+    "reported as each head's mean over the analysed tokens; heads left unscaled, as NAPE's ALiBi heads, keep 1). "
+    "The factor "
     "is monotonic in n: it grows with n (the head sharpens, attending to fewer keys, on longer inputs) where "
     "β·γ > 0 and shrinks (the head softens) where β·γ < 0; at 1 the scores are those of an unscaled head. "
     f"Reported at the numbers of keys the queries of the analysed sentences saw, and at {LONG_INPUT_MULTIPLE}× "
@@ -102,6 +106,8 @@ def summarize(analysis: ModelAnalysis) -> dict[str, dict[str, Any]]:
 def _scaling_summary(scaling: QueryScaling) -> dict[str, Any]:
     """ASEntmax's β, γ and factor of one attention type, in numbers: see ``SCALING_DEFINITIONS``."""
     trend = scaling.beta * scaling.gamma  # (layers, heads): the sign of d factor / d n
+    if scaling.scaled_heads is not None:
+        trend = trend * scaling.scaled_heads  # a head left unscaled keeps a factor of 1
     fewest, most = scaling.key_counts
     long_keys = LONG_INPUT_MULTIPLE * most
     # The factor is monotonic in n, so over the sample's n it spans the values at the fewest and the most keys.
@@ -276,12 +282,19 @@ def _scaling_findings(title: str, scaling: QueryScaling) -> list[str]:
     fewest, most = numbers["key_counts"]
     long_keys = numbers["long_keys"]
     keys = f"{fewest} key" if fewest == most == 1 else f"{fewest}–{most} keys" if fewest < most else f"{most} keys"
+    heads = "" if scaling.scaled_heads is None else f" in {int(scaling.scaled_heads.sum())} heads of each layer"
+    if scaling.method == "ssmax":
+        values = f"s from {beta.min():.2f} to {beta.max():.2f}"
+    else:
+        values = f"β from {beta.min():.2f} to {beta.max():.2f}, γ from {gamma.min():.2f} to {gamma.max():.2f}"
+        if scaling.method == "asentmax_per_token":
+            values += " (each head's mean over the analysed tokens)"
     sentences = [
-        f"{title} scales its queries by {scaling.offset:g} + β·log(n + 1)^γ (ASEntmax): "
+        f"{title} scales its queries{heads} by {describe_scaling_method(scaling.method, scaling.offset)}: "
         f"{numbers['sharpening_heads']} of {num_heads} heads sharpen as inputs grow (β·γ > 0), "
         f"{numbers['softening_heads']} soften (β·γ < 0)"
         + (f", {constant} keep a constant factor" if constant else "")
-        + f"; β from {beta.min():.2f} to {beta.max():.2f}, γ from {gamma.min():.2f} to {gamma.max():.2f}. "
+        + f"; {values}. "
         f"The factor spans {_range(numbers['factor_range'])} at the {keys} a query may attend to in these sentences "
         f"and {_range(numbers['long_factor_range'])} at {long_keys} keys ({LONG_INPUT_MULTIPLE}× the longest)."
     ]

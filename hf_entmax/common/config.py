@@ -7,6 +7,7 @@ from transformers import PreTrainedConfig
 
 from ..errors import HfEntmaxValueError, last_line
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig, position_limit
+from ..modeling.positions import alibi_slopes
 
 
 def build_config(**fields) -> AdaptiveEntmaxMarianConfig:
@@ -40,3 +41,42 @@ def describe_positions(config: PreTrainedConfig) -> str:
     # A term in the scores of self-attention only: cross-attention compares every target token with every source
     # token, wherever they are.
     return f"{what}; cross-attention has no position term, and inputs may be of any length"
+
+
+# The weights that learned query scaling adds to an attention module (`ScalingOptions`): ASEntmax's β and γ per head
+# (SSMax's s is its β), or the linear maps that compute them from each token (per-token ASEntmax). Training keeps them
+# out of weight decay, and loading and conversion expect them to appear or go where scaling is turned on or off.
+SCALING_PARAMETERS = ("scale_beta", "scale_gamma", "scale_beta_proj.weight", "scale_gamma_proj.weight")
+
+
+def is_scaling_parameter(name: str) -> bool:
+    """Whether the parameter (or state-dict key) ``name`` is one of the `SCALING_PARAMETERS`."""
+    return name.endswith(SCALING_PARAMETERS)
+
+
+# Each learned query scaling's factor on a query that may attend to n keys, and its name.
+SCALING_FORMULAS = {
+    "asentmax": ("δ + β·log(n + 1)^γ per head", "ASEntmax"),
+    "asentmax_per_token": (
+        "δ + β·log(n + 1)^γ with β = softplus(W_β h), γ = 2·tanh(W_γ h) per token",
+        "ASEntmax per token",
+    ),
+    "ssmax": ("s·log(n + 1) per head", "SSMax, scalable softmax"),
+}
+
+
+def describe_scaling_method(method: str, offset: float) -> str:
+    """A learned query scaling's factor, with the value of its offset δ (SSMax has none), and its name in words."""
+    formula, name = SCALING_FORMULAS[method]
+    return f"{formula.replace('δ', f'{offset:g}')} ({name})"
+
+
+def scaled_heads_text(config: PreTrainedConfig, attention_type: str) -> str:
+    """Which heads of an attention type scale their queries, in words: empty for all of them, else the heads
+    without a position bias (NAPE's NoPE heads)."""
+    if config.scaled_heads(attention_type) == "all":
+        return ""
+    heads = config.decoder_attention_heads if attention_type != "encoder_self" else config.encoder_attention_heads
+    slopes = alibi_slopes(config.position_embedding_type, heads) or (0.0,) * heads
+    listed = ", ".join(str(head) for head, slope in enumerate(slopes) if slope == 0.0)
+    return f"the heads without a position bias only (heads {listed})"

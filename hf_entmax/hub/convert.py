@@ -19,7 +19,7 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from transformers import MarianMTModel, PreTrainedTokenizerBase
 
-from ..common.config import build_config
+from ..common.config import build_config, is_scaling_parameter
 from ..common.hub_ids import is_hub_id
 from ..common.model_folder import SAFETENSORS_WEIGHTS, load_pretrained, load_tokenizer, read_model_config
 from ..common.records import framework_versions
@@ -294,8 +294,8 @@ def copy_marian_weights(source: MarianMTModel, target: AdaptiveEntmaxMarianMTMod
     """Copy every tensor of ``source``'s state dict into ``target``, checking names, shapes and ties.
 
     Every Marian key must exist in ``target`` with the same shape, and ``target``'s only extra keys may be
-    ``alpha_logits`` and the query-scaling parameters (``scale_beta``, ``scale_gamma``). Weights tied in ``source``
-    (embeddings and LM head) must be tied in ``target`` too.
+    ``alpha_logits`` and the query-scaling parameters (``SCALING_PARAMETERS`` of `hf_entmax.common.config`). Weights
+    tied in ``source`` (embeddings and LM head) must be tied in ``target`` too.
 
     Returns:
         The number of state-dict entries copied.
@@ -303,8 +303,11 @@ def copy_marian_weights(source: MarianMTModel, target: AdaptiveEntmaxMarianMTMod
     source_state = source.state_dict()
     target_state = target.state_dict()
     missing = sorted(set(source_state) - set(target_state))
-    new_parameters = ("alpha_logits", "scale_beta", "scale_gamma")
-    extra = sorted(key for key in set(target_state) - set(source_state) if not key.endswith(new_parameters))
+    extra = sorted(
+        key
+        for key in set(target_state) - set(source_state)
+        if not (key.endswith("alpha_logits") or is_scaling_parameter(key))
+    )
     reshaped = [
         f"{key} {tuple(tensor.shape)} -> {tuple(target_state[key].shape)}"
         for key, tensor in source_state.items()

@@ -21,7 +21,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..common.config import describe_positions
+from ..common.config import describe_positions, describe_scaling_method, scaled_heads_text
 from ..common.hub_ids import check_language_code, check_repo_id, is_hub_id
 from ..common.model_folder import load_pretrained
 from ..common.records import CONVERTED_TAG, SUMMARY_FILE, SYNTHETIC_DATA
@@ -513,31 +513,33 @@ def _per_head_table(values, decimals: int) -> list[str]:
 
 
 def scaling_tables(model: AdaptiveEntmaxMarianMTModel) -> str | None:
-    """How each attention type that scales its queries does it: β and γ of ASEntmax (a row per layer), or the factor
-    of softmax_matched; None without scaling."""
-    sections = [
-        f"**{ATTENTION_TITLES[kind]}** (softmax_matched): a query that may attend to n tokens is multiplied by "
-        "n^(1 − α) of its head, so that every head starts as sharp as softmax whatever its α and the input's length."
-        for kind in ATTENTION_TYPES
-        if model.config.scaling_method(kind) == "softmax_matched"
-    ]
-    for kind, scales in model.get_attention_scales().items():
-        sections.append(
-            "\n".join(
-                [
-                    f"**{ATTENTION_TITLES[kind]}**: a query that may attend to n tokens is multiplied by "
-                    f"{scales['offset']:g} + β · log(n + 1)^γ",
-                    "",
-                    "β:",
-                    "",
-                    *_per_head_table(scales["beta"], 3),
-                    "",
-                    "γ:",
-                    "",
-                    *_per_head_table(scales["gamma"], 3),
-                ]
+    """How each attention type that scales its queries does it: the factor, which heads, and the learned values per
+    head (ASEntmax's β and γ, SSMax's s) with a row per layer; None without scaling."""
+    scales = model.get_attention_scales()
+    sections = []
+    for kind in ATTENTION_TYPES:
+        method = model.config.scaling_method(kind)
+        if method == "none":
+            continue
+        heads = scaled_heads_text(model.config, kind)
+        heads = f", in {heads}" if heads else ""
+        if method == "softmax_matched":
+            sections.append(
+                f"**{ATTENTION_TITLES[kind]}** (softmax_matched): a query that may attend to n tokens is multiplied "
+                f"by n^(1 − α) of its head{heads}, so that every head starts as sharp as softmax whatever its α and "
+                "the input's length."
             )
-        )
+            continue
+        lines = [
+            f"**{ATTENTION_TITLES[kind]}**: a query that may attend to n tokens is multiplied by "
+            f"{describe_scaling_method(method, model.config.attention_scaling_offset)}{heads}"
+        ]
+        # Per-token scaling has no value per head to show (its β and γ differ from token to token); SSMax's γ is 1.
+        names = {"beta": "s"} if method == "ssmax" else {"beta": "β", "gamma": "γ"}
+        for name, symbol in names.items():
+            if kind in scales:
+                lines += ["", f"{symbol}:", "", *_per_head_table(scales[kind][name], 3)]
+        sections.append("\n".join(lines))
     return "\n\n".join(sections) or None
 
 

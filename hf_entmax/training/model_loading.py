@@ -25,7 +25,13 @@ import torch
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
-from ..common.config import build_config, describe_positions
+from ..common.config import (
+    SCALING_FORMULAS,
+    build_config,
+    describe_positions,
+    is_scaling_parameter,
+    scaled_heads_text,
+)
 from ..common.hub_ids import is_hub_id
 from ..common.model_folder import load_pretrained, read_model_config
 from ..errors import HfEntmaxError, HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
@@ -260,7 +266,7 @@ def load_model(
 
 def _is_scaling_key(key: str, attention_types: set[str]) -> bool:
     """Whether ``key`` is a query-scaling parameter of an attention module of one of ``attention_types``."""
-    if not key.endswith((".scale_beta", ".scale_gamma")):
+    if not is_scaling_parameter(key):
         return False
     if ".encoder_attn." in key:
         kind = "cross"
@@ -270,32 +276,36 @@ def _is_scaling_key(key: str, attention_types: set[str]) -> bool:
 
 
 def describe_scaling(model: AdaptiveEntmaxMarianMTModel, start: StartingPoint, given: dict[str, object]) -> list[str]:
-    """One line per attention type whose queries are scaled (ASEntmax or softmax_matched), and where the setting comes
-    from; none when no attention type is scaled."""
+    """One line per attention type whose queries are scaled (ASEntmax per head or per token, SSMax, softmax_matched),
+    and where the setting comes from; none when no attention type is scaled."""
     scales = model.get_attention_scales()
     lines = []
     for kind in ATTENTION_TYPES:
         method = model.config.scaling_method(kind)
         if method == "none":
             continue
+        label = f"{ATTENTION_LABELS[kind] + ':':<24}"
         flags = ("attention_scaling", f"{kind}_attention_scaling", "attention_scaling_offset")
+        flags += ("attention_scaling_heads",)
         source = (
             "given" if any(name in given for name in flags) else "default" if start.kind == "fresh" else "checkpoint's"
         )
+        heads = scaled_heads_text(model.config, kind)
+        heads = f"; {heads}" if heads else ""
         if method == "softmax_matched":
-            lines.append(
-                f"{ATTENTION_LABELS[kind] + ':':<24}queries scaled by n^(1 − α) for n keys (softmax_matched, {source})"
-            )
+            lines.append(f"{label}queries scaled by n^(1 − α) for n keys (softmax_matched, {source}{heads})")
             continue
         scaled_before = start.kind == "adaptive_entmax_marian" and start.config.scaling_method(kind) == method
         how = "resumed from the checkpoint" if scaled_before else "new"
-        parameters = scales[kind]
-        beta, gamma = parameters["beta"], parameters["gamma"]
-        lines.append(
-            f"{ATTENTION_LABELS[kind] + ':':<24}queries scaled by δ + β·log(n + 1)^γ per head (ASEntmax, {how}; "
-            f"{source}): δ {parameters['offset']:g}, β {beta.min():.2f}–{beta.max():.2f}, "
-            f"γ {gamma.min():.2f}–{gamma.max():.2f}"
-        )
+        formula, name = SCALING_FORMULAS[method]
+        values = [] if method == "ssmax" else [f"δ {model.config.attention_scaling_offset:g}"]
+        symbols = {"beta": "s"} if method == "ssmax" else {"beta": "β", "gamma": "γ"}
+        values += [  # the per-head parameters' range now (per-token scaling has none)
+            f"{symbol} {scales[kind][key].min():.2f}–{scales[kind][key].max():.2f}"
+            for key, symbol in symbols.items()
+            if kind in scales
+        ]
+        lines.append(f"{label}queries scaled by {formula} ({name}, {how}; {source}{heads}): {', '.join(values)}")
     return lines
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import torch
 import transformers
 from huggingface_hub import ModelCard
 from transformers import (
@@ -479,8 +480,9 @@ def run_summary(
         "alpha_settings": {
             kind: vars(model.config.alpha_settings(kind)) for kind in ("encoder_self", "decoder_self", "cross")
         },
+        # The per-head parameters of learned query scaling, as the model gives them (per-token scaling has none).
         "attention_scales": {
-            kind: {"beta": scales["beta"].tolist(), "gamma": scales["gamma"].tolist(), "offset": scales["offset"]}
+            kind: {name: value.tolist() if torch.is_tensor(value) else value for name, value in scales.items()}
             for kind, scales in model.get_attention_scales().items()
         },
         "recipe": model_args.recipe if facts.stages.train else None,  # an evaluation-only run used no recipe

@@ -11,6 +11,7 @@ from torch import nn
 from transformers import PrinterCallback, ProgressCallback, Seq2SeqTrainer, TrainerCallback, TrainerState
 from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 
+from ..common.config import is_scaling_parameter
 from ..errors import HfEntmaxError, HfEntmaxValueError
 from .recipes import TRAINER_ALPHA_LEARNING_RATE_RATIO
 
@@ -40,8 +41,9 @@ def attention_logs(model: nn.Module) -> dict[str, float]:
             logs.update(_per_head_logs(f"alpha/{kind}", alphas))
     if hasattr(model, "get_attention_scales"):
         for kind, scales in model.get_attention_scales().items():
-            logs.update(_per_head_logs(f"scale_beta/{kind}", scales["beta"]))
-            logs.update(_per_head_logs(f"scale_gamma/{kind}", scales["gamma"]))
+            # SSMax learns β (its s) alone, its γ is 1; per-token scaling has no per-head value and is absent.
+            for name in ("beta",) if scales["method"] == "ssmax" else ("beta", "gamma"):
+                logs.update(_per_head_logs(f"scale_{name}/{kind}", scales[name]))
     return logs
 
 
@@ -193,10 +195,10 @@ class AdaptiveEntmaxTrainer(Seq2SeqTrainer):
         return TRAINER_ALPHA_LEARNING_RATE_RATIO * self.args.learning_rate
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
-        # Decay would pull ASEntmax's β and γ towards 0, i.e. towards no length scaling at all: like α, they keep
-        # the values the loss gives them.
+        # Decay would pull ASEntmax's β and γ (or the maps that compute them per token, or SSMax's s) towards a
+        # factor that no longer grows with the length: like α, they keep the values the loss gives them.
         names = super().get_decay_parameter_names(model)
-        return [name for name in names if not name.endswith(("scale_beta", "scale_gamma"))]
+        return [name for name in names if not is_scaling_parameter(name)]
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         if self.optimizer is not None:
