@@ -1,7 +1,7 @@
 """Length extrapolation on synthetic seq2seq tasks: softmax vs 1.5-entmax vs adaptive α-entmax vs ASEntmax.
 
     python benchmarks/bench_length_synthetic.py [--tasks copy reverse sort] [--seeds 0 1 2] [--steps 3000]
-        [--train_length 16] [--test_multiples 1 2 4 8 16 64] [--positions plain offset]
+        [--train_length 16] [--test_multiples 1 2 4 8 16 64] [--positions plain offset rope alibi nape]
         [--markdown docs/benchmarks.md]
 
 Each task maps a string of random symbols to a string: `copy` (itself), `reverse` (reversed) and `sort` (its symbols
@@ -33,7 +33,10 @@ more keys than in training (the dispersion that α-entmax and ASEntmax address).
   uniform in [0, table size − batch length]), so every position a test uses was seen in training and only the
   number of keys is new (the randomised-positions idea of Ruoss et al., 2023). Tests start at position 0.
 
-Both run by default, and the table has a row for each. The position table holds
+- `rope`, `alibi`, `nape`: the model's relative positions (`position_embedding_type`, docs/model.md "Positions"):
+  self-attention sees distances only, so no test position is new; cross-attention has no position term.
+
+`plain` and `offset` run by default, and the table has a row for each positions option run. The position table holds
 ``max(test_multiples) × train_length + 2`` positions (the longest test string, its `</s>` and the decoder's start).
 
 Long tests are costly (a 1,024-symbol string takes 1,025 decoding steps over 1,025 keys), so a length gets
@@ -84,7 +87,10 @@ VARIANTS: dict[str, dict] = {
     "asentmax": {"alpha_init": "random", "learn_alpha": True, "attention_scaling": "asentmax"},
 }
 
-POSITIONS = ("plain", "offset")
+# Marian's sinusoidal table, from 0 or shifted in training (`ShiftedPositions`), or a relative position type of the
+# config (`PositionOptions`), which has no table to outgrow.
+SINUSOIDAL_POSITIONS = ("plain", "offset")
+POSITIONS = (*SINUSOIDAL_POSITIONS, "rope", "alibi", "nape")
 
 
 def make_batch(task: str, lengths: list[int], symbols: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -119,9 +125,12 @@ class ShiftedPositions(nn.Module):
         return self.table(input_ids_shape, position_ids=position_ids + self.shift)  # (length, d_model)
 
 
-def build_model(variant: str, arguments: argparse.Namespace, seed: int) -> AdaptiveEntmaxMarianMTModel:
-    """The variant's model, its weights drawn from ``seed``."""
+def build_model(
+    variant: str, arguments: argparse.Namespace, seed: int, positions: str = "plain"
+) -> AdaptiveEntmaxMarianMTModel:
+    """The variant's model with ``positions`` (`POSITIONS`), its weights drawn from ``seed``."""
     torch.manual_seed(seed)
+    sinusoidal = positions in SINUSOIDAL_POSITIONS
     config = AdaptiveEntmaxMarianConfig(
         vocab_size=FIRST_SYMBOL + arguments.symbols,
         d_model=arguments.d_model,
@@ -139,11 +148,13 @@ def build_model(variant: str, arguments: argparse.Namespace, seed: int) -> Adapt
         decoder_start_token_id=PAD,
         forced_eos_token_id=None,
         scale_embedding=True,
+        position_embedding_type="sinusoidal" if sinusoidal else positions,
         **VARIANTS[variant],
     )
     model = AdaptiveEntmaxMarianMTModel(config)
-    for stack in (model.model.encoder, model.model.decoder):
-        stack.embed_positions = ShiftedPositions(stack.embed_positions)
+    if sinusoidal:
+        for stack in (model.model.encoder, model.model.decoder):
+            stack.embed_positions = ShiftedPositions(stack.embed_positions)
     return model
 
 
@@ -173,7 +184,8 @@ def train(
     )
     data = torch.Generator().manual_seed(seed)
     table_size = model.config.max_position_embeddings
-    shifted = [model.model.encoder.embed_positions, model.model.decoder.embed_positions]
+    shifted = [stack.embed_positions for stack in (model.model.encoder, model.model.decoder)]
+    shifted = [module for module in shifted if isinstance(module, ShiftedPositions)]
     last_losses = []
     model.train()
     for step in range(1, arguments.steps + 1):
@@ -285,7 +297,7 @@ def run_one(task: str, positions: str, variant: str, seed: int, arguments: argpa
         log(f"{task} / {positions} / {variant} / seed {seed}: finished before, read from {result_file}")
         return result
     log(f"{task} / {positions} / {variant} / seed {seed}: training {arguments.steps} steps")
-    model = build_model(variant, arguments, seed).to(arguments.device)
+    model = build_model(variant, arguments, seed, positions).to(arguments.device)
     started = time.perf_counter()
     final_loss = train(model, task, positions, arguments, seed, log)
     trained = time.perf_counter()
@@ -344,7 +356,8 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
         f"× batch {arguments.batch_size}; d_model {arguments.d_model}, {arguments.layers}+{arguments.layers} layers, "
         f"{arguments.heads} heads, dropout {arguments.dropout}. Positions: `plain` = Marian's sinusoidal positions "
         "from 0, so tests beyond 1× read positions never seen in training; `offset` = training batches shifted by a "
-        "random position offset, so every test position was seen in training and only the length is new.",
+        "random position offset, so every test position was seen in training and only the length is new; `rope`, "
+        "`alibi`, `nape`: the config's relative positions (`position_embedding_type`), which no length outgrows.",
     ]
     return "\n".join(lines)
 
@@ -354,7 +367,7 @@ def main() -> None:
     parser.add_argument("--output_dir", default="benchmarks/outputs/length-synthetic")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    parser.add_argument("--positions", nargs="+", choices=POSITIONS, default=list(POSITIONS))
+    parser.add_argument("--positions", nargs="+", choices=POSITIONS, default=list(SINUSOIDAL_POSITIONS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--train_length", type=int, default=16, help="longest training string (symbols)")
     parser.add_argument("--test_multiples", nargs="+", type=int, default=[1, 2, 4, 8, 16, 64])
