@@ -7,6 +7,7 @@ from transformers import PreTrainedConfig
 
 from ..errors import HfEntmaxValueError, last_line
 from ..modeling.configuration_adaptive_entmax_marian import AdaptiveEntmaxMarianConfig, position_limit
+from ..modeling.modeling_adaptive_entmax_marian import SCALING_PARAMETERS
 from ..modeling.positions import alibi_slopes
 
 
@@ -41,12 +42,6 @@ def describe_positions(config: PreTrainedConfig) -> str:
     # A term in the scores of self-attention only: cross-attention compares every target token with every source
     # token, wherever they are.
     return f"{what}; cross-attention has no position term, and inputs may be of any length"
-
-
-# The weights that learned query scaling adds to an attention module (`ScalingOptions`): ASEntmax's β and γ per head
-# (SSMax's s is its β), or the linear maps that compute them from each token (per-token ASEntmax). Training keeps them
-# out of weight decay, and loading and conversion expect them to appear or go where scaling is turned on or off.
-SCALING_PARAMETERS = ("scale_beta", "scale_gamma", "scale_beta_proj.weight", "scale_gamma_proj.weight")
 
 
 def is_scaling_parameter(name: str) -> bool:

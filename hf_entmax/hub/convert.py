@@ -294,7 +294,7 @@ def copy_marian_weights(source: MarianMTModel, target: AdaptiveEntmaxMarianMTMod
     """Copy every tensor of ``source``'s state dict into ``target``, checking names, shapes and ties.
 
     Every Marian key must exist in ``target`` with the same shape, and ``target``'s only extra keys may be
-    ``alpha_logits`` and the query-scaling parameters (``SCALING_PARAMETERS`` of `hf_entmax.common.config`). Weights
+    ``alpha_logits`` and the query-scaling parameters (``SCALING_PARAMETERS`` of the modeling file). Weights
     tied in ``source`` (embeddings and LM head) must be tied in ``target`` too.
 
     Returns:

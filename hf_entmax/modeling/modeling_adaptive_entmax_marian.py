@@ -501,15 +501,13 @@ class AdaptiveEntmaxMarianDecoderLayer(MarianDecoderLayer):
 
 # --- the load-time check: the config must fit the weights it loads ----------------------------------------------
 
-# What each attention module learns per head: α logits, ASEntmax's β and γ (SSMax's s is its β), and per-token
-# ASEntmax's maps to β and γ (a row per head).
-PER_HEAD_PARAMETERS = (
-    "alpha_logits",
-    "scale_beta",
-    "scale_gamma",
-    "scale_beta_proj.weight",
-    "scale_gamma_proj.weight",
-)
+# The weights that learned query scaling adds to an attention module (`ScalingOptions`): ASEntmax's β and γ per head
+# (SSMax's s is its β), or the linear maps that compute them from each token (per-token ASEntmax, a row per head).
+# Training keeps them out of weight decay, and loading and conversion expect them to appear or go where scaling is
+# turned on or off.
+SCALING_PARAMETERS = ("scale_beta", "scale_gamma", "scale_beta_proj.weight", "scale_gamma_proj.weight")
+# What each attention module learns per head: α logits and the scaling's weights.
+PER_HEAD_PARAMETERS = ("alpha_logits", *SCALING_PARAMETERS)
 # The scaling methods whose modules hold each learned scaling parameter (SSMax's s is named as ASEntmax's β).
 _SCALING_METHODS_HOLDING = {
     "scale_beta": "'asentmax' or 'ssmax'",
@@ -1080,8 +1078,9 @@ class AdaptiveEntmaxMarianForCausalLM(AdaptiveEntmaxMarianPreTrainedModel, Gener
 
     It reads the config's decoder fields (``decoder_layers``, ``decoder_attention_heads``, ``decoder_ffn_dim``,
     ``decoder_vocab_size``, the ``decoder_self_*`` α and scaling settings) and sets ``is_decoder=True``,
-    ``is_encoder_decoder=False``, and the encoder's layer and head counts to the decoder's. Sequence-to-sequence tasks are one sequence, e.g. ``<bos> source <sep> target
-    <eos>``, with the loss on the target (labels −100 elsewhere), as ASEntmax's reference trains its synthetic tasks.
+    ``is_encoder_decoder=False``, and the encoder's layer and head counts to the decoder's. Sequence-to-sequence
+    tasks are one sequence, e.g. ``<bos> source <sep> target <eos>``, with the loss on the target (labels −100
+    elsewhere), as ASEntmax's reference trains its synthetic tasks.
 
     Unlike `MarianForCausalLM`, labels are the inputs themselves, shifted inside the model (the convention of GPT-2
     and Llama, which transformers' language-modelling collators follow): ``labels[:, t]`` is predicted at ``t − 1``.
@@ -1168,6 +1167,7 @@ def _class_reference(cls: type) -> str:
 
 
 __all__ = [
+    "SCALING_PARAMETERS",
     "AdaptiveEntmaxMarianAttention",
     "AdaptiveEntmaxMarianForCausalLM",
     "AdaptiveEntmaxMarianMTModel",
