@@ -20,8 +20,12 @@ much less so).
    generation sentences/s, and the peak memory of training above the model's own (RSS, each variant measured in a
    fresh process).
 
+4. positions: the same default model with each `position_embedding_type` (sinusoidal, rope, alibi, nape) and the
+   same weights, training step time and beam-5 generation time as ratios to sinusoidal.
+
 ``--markdown README.md docs/benchmarks.md`` also puts the tables into those pages, each section between its markers
-(``table:speed-mapping``, ``table:speed-attention``, ``table:speed-model``): the README shows the model's.
+(``table:speed-mapping``, ``table:speed-attention``, ``table:speed-model``, ``table:speed-positions``): the README
+shows the model's.
 """
 
 import argparse
@@ -124,7 +128,7 @@ class _HeadAlphas(torch.nn.Module):
     def alpha(self) -> torch.Tensor:
         return 1 + torch.sigmoid(self.alpha_logits)
 
-    def query_scale(self, mask, key_len, dtype) -> None:
+    def query_scale(self, mask, key_len, dtype, query_hidden_states=None) -> None:
         return None  # no ASEntmax scaling
 
 
@@ -318,6 +322,34 @@ def bench_model(repeats: int, report) -> None:
     )
 
 
+def position_twin(model: AdaptiveEntmaxMarianMTModel, position_type: str) -> AdaptiveEntmaxMarianMTModel:
+    """``model`` with other positions (`PositionOptions`): the same config otherwise, the same weights."""
+    settings = {
+        key: value for key, value in model.config.to_dict().items() if key not in ("auto_map", "architectures")
+    }
+    twin = AdaptiveEntmaxMarianMTModel(type(model.config)(**{**settings, "position_embedding_type": position_type}))
+    twin.load_state_dict(model.state_dict(), strict=False)  # a sinusoidal table is not a weight
+    return twin
+
+
+def bench_positions(repeats: int, report) -> None:
+    report("\n#### Positions: the default model with each position type, training mode\n")
+    report(f"Measured: {describe_configuration()}; only `position_embedding_type` differs, weights the same.\n")
+    model, _ = cli_default_model()
+    kinds = ("sinusoidal", "rope", "alibi", "nape")
+    models = {kind: model if kind == "sinusoidal" else position_twin(model, kind) for kind in kinds}
+    batches = [model_batch(model.config, seed) for seed in range(4)]
+    training = median_seconds(
+        [training_step(twin, torch.optim.AdamW(twin.parameters(), lr=1e-4), batches) for twin in models.values()],
+        repeats,
+    )
+    generation = median_seconds([generation_step(twin, batches[0]) for twin in models.values()], repeats)
+    report("| positions | training step, × sinusoidal | beam-5 generation, × sinusoidal |")
+    report("| --- | ---: | ---: |")
+    for kind, train_seconds, generate_seconds in zip(kinds, training, generation, strict=True):
+        report(f"| {kind} | {train_seconds / training[0]:.3f} | {generate_seconds / generation[0]:.3f} |")
+
+
 class Report:
     """The benchmark's output: printed as it comes, and kept per section for ``--markdown``."""
 
@@ -337,7 +369,7 @@ class Report:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sections = ["mapping", "attention", "model"]
+    sections = ["mapping", "attention", "model", "positions"]
     parser.add_argument("--sections", nargs="+", choices=sections, default=sections)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--shapes", nargs="+", default=["8,8,64,64", "4,8,256,256", "1,8,1024,1024"])
@@ -362,8 +394,10 @@ def main() -> None:
             bench_mapping(shapes, arguments.repeats, report)
         elif name == "attention":
             bench_attention(shapes[:2], arguments.repeats, report)
-        else:
+        elif name == "model":
             bench_model(arguments.repeats, report)
+        else:
+            bench_positions(arguments.repeats, report)
     if arguments.markdown:
         command = shlex.join(["python", "benchmarks/bench_speed.py", *sys.argv[1:]])
         measured = f"Measured on {time.strftime('%Y-%m-%d')} ({report.header}) with `{command}`."
