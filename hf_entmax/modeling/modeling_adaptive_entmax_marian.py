@@ -4,14 +4,18 @@ Adaptively Sparse Transformers (Correia, Niculae & Martins, 2019) replace softma
 α-entmax and learn α per head, so each head settles between dense (α → 1) and sparse (α = 2).
 
 The model is Marian's encoder–decoder, module for module: the same parameter names (a Marian
-checkpoint loads into it) and Marian's own forward passes. Two things differ:
+checkpoint loads into it) and Marian's own forward passes. What differs:
 
 - every attention module holds ``alpha_logits`` (one per head), or a fixed α from the config;
-- attention is dispatched to ``entmax_attention_forward``, registered with transformers'
-  ``AttentionInterface`` under ``ATTENTION_IMPLEMENTATION``, which reads that α.
+- attention runs ``entmax_attention_forward`` (also registered with transformers' ``AttentionInterface`` under
+  ``ATTENTION_IMPLEMENTATION``, with the mask function it needs), which reads that α;
+- optionally: a learned query scaling (ASEntmax, SSMax) and positions inside self-attention (RoPE, ALiBi, NAPE;
+  positions.py) instead of Marian's sinusoidal vectors.
 
 The classes below re-declare Marian's constructors so that every attention module is built as an
-``AdaptiveEntmaxMarianAttention`` from the start; their forward passes are Marian's.
+``AdaptiveEntmaxMarianAttention`` from the start; the attention module writes Marian's forward out (RoPE rotates
+between its projection and its cache), the layers' and stacks' forward passes are Marian's.
+`AdaptiveEntmaxMarianForCausalLM` is the decoder stack alone, a decoder-only model.
 
 This file is copied to the Hub next to the model, so it needs nothing but torch and transformers.
 """
@@ -238,8 +242,8 @@ register_attention()
 class AdaptiveEntmaxMarianAttention(MarianAttention):
     """Marian's multi-head attention with one α per head (learned logits, or fixed from the config).
 
-    Projections, key/value caching and dispatch are Marian's; the α-entmax itself lives in
-    ``entmax_attention_forward``, which calls ``alpha()``.
+    Projections and key/value caching are Marian's, with RoPE's rotation between them (`forward`); the α-entmax itself
+    lives in ``entmax_attention_forward``, which calls ``alpha()``, ``query_scale()`` and ``position_bias()``.
     """
 
     def __init__(
