@@ -67,32 +67,22 @@ otherwise). ``--markdown docs/benchmarks.md`` writes the table between the marke
 """
 
 import argparse
-import json
 import math
-import os
-import platform
-import shlex
-import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import length_runs
 import torch
-from runs import add_threads_option, benchmark_log, use_threads
-from tables import write_tables
+from runs import add_threads_option
 from transformers import get_cosine_schedule_with_warmup
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianForCausalLM
-from hf_entmax.kernels.cpu import kernel_available
-from hf_entmax.training.recipes import RECIPES
-from hf_entmax.training.trainer import is_alpha_parameter
 
 
 # The model's special tokens; a task's own tokens (0, 1, …) are shifted by FIRST_SYMBOL.
 PAD, BOS, SEP, EOS, FIRST_SYMBOL = 0, 1, 2, 3, 4
 TABLE = "length-decoder-only"
-RECIPE = RECIPES["from-scratch"]
 
 # MQMTAR's tokens, as the reference's generator numbers them: space, key–value separator, query mark, then letters.
 SPACE, KEY_VALUE_SEPARATOR, QUERY, FIRST_LETTER = 0, 1, 2, 3
@@ -350,54 +340,20 @@ def training_lengths(arguments: argparse.Namespace, generator: torch.Generator) 
     return torch.randint(*bounds, (arguments.batch_size,), generator=generator).tolist()
 
 
-def train(model, task: str, arguments: argparse.Namespace, seed: int, log) -> dict:
+def train(model, task: str, arguments: argparse.Namespace, seed: int, label: str, log) -> dict:
     """Train for ``--steps`` steps (AdamW with the from-scratch recipe's settings, warm-up then cosine); return the
     mean loss of the last 10% of steps and the steps per second."""
-    settings = RECIPE.settings
-    alpha_parameters = [parameter for name, parameter in model.named_parameters() if is_alpha_parameter(name)]
-    other_parameters = [parameter for name, parameter in model.named_parameters() if not is_alpha_parameter(name)]
-    groups = [{"params": other_parameters}]
-    if alpha_parameters:
-        groups.append({"params": alpha_parameters, "lr": arguments.learning_rate * RECIPE.alpha_learning_rate_ratio})
-    optimizer = torch.optim.AdamW(
-        groups,
-        lr=arguments.learning_rate,
-        betas=(settings["adam_beta1"], settings["adam_beta2"]),
-        weight_decay=settings["weight_decay"],
-    )
+    optimizer = length_runs.recipe_optimizer(model, arguments.learning_rate)
     schedule = get_cosine_schedule_with_warmup(
         optimizer, num_warmup_steps=math.ceil(arguments.warmup * arguments.steps), num_training_steps=arguments.steps
     )
     data = torch.Generator().manual_seed(seed)
-    last_losses = []
-    model.train()
-    started = time.perf_counter()
-    for step in range(1, arguments.steps + 1):
+
+    def next_batch() -> dict[str, torch.Tensor]:
         pairs = samples(task, training_lengths(arguments, data), arguments, data)
-        batch = {name: tensor.to(model.device) for name, tensor in training_batch(pairs).items()}
-        loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        if not math.isfinite(loss.item()):
-            sys.exit(f"{task} seed {seed}: the loss is {loss.item()} at step {step}")
-        if step > arguments.steps * 0.9:
-            last_losses.append(loss.item())
-        if step % arguments.log_every == 0 or step == arguments.steps:
-            rate = step / (time.perf_counter() - started)
-            log(f"  step {step}/{arguments.steps}: loss {loss.item():.4f} ({rate:.1f} steps/s)")
-    seconds = time.perf_counter() - started
-    return {
-        "final training loss": statistics.mean(last_losses),
-        "steps per second": round(arguments.steps / seconds, 2),
-    }
+        return {name: tensor.to(model.device) for name, tensor in training_batch(pairs).items()}
 
-
-def test_count(length: int, arguments: argparse.Namespace) -> int:
-    """How many test strings a length gets: fewer for the long ones, never fewer than --min_test_strings."""
-    return min(arguments.test_strings, max(arguments.min_test_strings, arguments.test_tokens // length))
+    return length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log)
 
 
 @torch.inference_mode()
@@ -409,7 +365,7 @@ def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) 
     ones."""
     model.eval()
     data = torch.Generator().manual_seed(arguments.test_seed * 100_003 + length)
-    count = test_count(length, arguments)
+    count = length_runs.test_count(length, arguments)
     pairs = samples(task, [length] * count, arguments, data)
     size = max(1, arguments.eval_tokens // (len(pairs[0][0]) + 2))  # strings per decoding batch
     correct, right_positions, positions = 0, 0, 0
@@ -468,72 +424,25 @@ def run_settings(variant: str, arguments: argparse.Namespace) -> dict:
 
 def run_one(task: str, positions: str, variant: str, seed: int, arguments: argparse.Namespace, log) -> dict:
     """Train and test one model, or read its result if this run already finished with the same settings."""
-    folder = Path(arguments.output_dir) / task / positions / variant / f"seed{seed}"
-    result_file = folder / "result.json"
-    settings = run_settings(variant, arguments)
-    if result_file.exists():
-        result = json.loads(result_file.read_text())
-        if result["settings"] != settings:
-            sys.exit(
-                f"{result_file} was measured with other settings ({result['settings']}); use another --output_dir"
-            )
-        log(f"{task} / {positions} / {variant} / seed {seed}: finished before, read from {result_file}")
-        return result
-    log(f"{task} / {positions} / {variant} / seed {seed}: training {arguments.steps} steps")
-    model = build_model(task, positions, variant, arguments, seed).to(arguments.device)
-    started = time.perf_counter()
-    trained = train(model, task, arguments, seed, log)
-    tested = time.perf_counter()
-    accuracy, symbol_accuracy = {}, {}
-    for multiple in arguments.test_multiples:
-        length = multiple * arguments.train_max_length
-        began = time.perf_counter()
-        accuracy[str(multiple)], symbol_accuracy[str(multiple)] = test_accuracy(model, task, length, arguments)
-        log(
-            f"  {multiple}× (length {length}, {test_count(length, arguments)} strings): exact match "
-            f"{accuracy[str(multiple)]:.3f}, positions {symbol_accuracy[str(multiple)]:.3f} "
-            f"({time.perf_counter() - began:.1f} s)"
-        )
-    result = {
-        "settings": settings,
-        **trained,
-        "exact match": accuracy,
-        "symbol accuracy": symbol_accuracy,
-        "learned": learned_attention(model),
-        "training seconds": round(tested - started, 1),
-        "test seconds": round(time.perf_counter() - tested, 1),
-    }
-    log(
-        f"  cost: {result['training seconds']:.0f} s training ({trained['steps per second']} steps/s), "
-        f"{result['test seconds']:.0f} s testing"
+    label = f"{task} / {positions} / {variant} / seed {seed}"
+    return length_runs.run_or_read(
+        Path(arguments.output_dir) / task / positions / variant / f"seed{seed}",
+        run_settings(variant, arguments),
+        label,
+        arguments,
+        log,
+        build=lambda: build_model(task, positions, variant, arguments, seed),
+        train=lambda model: train(model, task, arguments, seed, label, log),
+        accuracy=lambda model, length: test_accuracy(model, task, length, arguments),
+        learned=learned_attention,
+        train_length=arguments.train_max_length,
+        unit="positions",
     )
-    folder.mkdir(parents=True, exist_ok=True)
-    result_file.write_text(json.dumps(result, indent=1))
-    return result
-
-
-def percentages(runs: list[dict], multiple: str) -> str:
-    """A table cell: exact match and, in parentheses, the share of answer positions right, in %, mean over runs."""
-    exact = statistics.mean(run["exact match"][multiple] for run in runs)
-    symbols = statistics.mean(run["symbol accuracy"][multiple] for run in runs)
-    return f"{100 * exact:.1f} ({100 * symbols:.1f})"
 
 
 def table(results: dict, arguments: argparse.Namespace) -> str:
     """Exact match (and position accuracy) in % per (task, positions, variant) and test length, mean over seeds."""
-    multiples = arguments.test_multiples
-    lengths = [multiple * arguments.train_max_length for multiple in multiples]
-    header = " | ".join(f"{multiple}× ({length})" for multiple, length in zip(multiples, lengths, strict=True))
-    counts = " | ".join(str(test_count(length, arguments)) for length in lengths)
-    lines = [
-        f"| task | positions | attention | final loss | {header} |",
-        f"| --- | --- | --- | ---: | {' | '.join('---:' for _ in multiples)} |",
-        f"| *test strings* | | | | {counts} |",
-    ]
-    for (task, positions, variant), runs in results.items():
-        loss = statistics.mean(run["final training loss"] for run in runs)
-        cells = " | ".join(percentages(runs, str(multiple)) for multiple in multiples)
-        lines.append(f"| {task} | {positions} | {variant} | {loss:.3f} | {cells} |")
+    lines = length_runs.table_rows(results, arguments, arguments.train_max_length)
     lines += [
         "",
         "Exact-match accuracy (%) of greedy decoding, and in parentheses the share of answer positions right (%, "
@@ -551,6 +460,7 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
+    recipe = length_runs.RECIPE.settings  # the optimiser's defaults
     add("--output_dir", default="benchmarks/outputs/length-decoder-only")
     add("--tasks", nargs="+", choices=list(TASKS), default=list(DEFAULT_TASKS))
     add("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
@@ -565,8 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--flip_flop_write_prob", type=float, default=0.1, help="flip-flop: probability of a write command")
     add("--steps", type=int, default=2000)
     add("--batch_size", type=int, default=32)
-    add("--learning_rate", type=float, default=RECIPE.settings["learning_rate"])
-    add("--warmup", type=float, default=RECIPE.settings["warmup_steps"], help="share of the steps warming up")
+    add("--learning_rate", type=float, default=recipe["learning_rate"])
+    add("--warmup", type=float, default=recipe["warmup_steps"], help="share of the steps warming up")
     add("--d_model", type=int, default=64)
     add("--layers", type=int, default=2)
     add("--heads", type=int, default=4)
@@ -590,16 +500,12 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     arguments = parser.parse_args(argv)
     positive = ("train_min_length", "symbols", "mqmtar_alphabet", "mqmtar_queries", "steps", "batch_size")
     positive += ("d_model", "layers", "heads", "test_strings", "min_test_strings", "eval_tokens", "prefill_chunk")
-    for name in (*positive, "log_every", "ffn_multiple", "test_tokens"):
-        if getattr(arguments, name) < 1:
-            parser.error(f"--{name} must be a positive integer, got {getattr(arguments, name)}")
+    length_runs.check_positive(parser, arguments, (*positive, "log_every", "ffn_multiple", "test_tokens"))
     if arguments.train_max_length < arguments.train_min_length:
         parser.error(
             f"--train_max_length ({arguments.train_max_length}) is below --train_min_length "
             f"({arguments.train_min_length})"
         )
-    if min(arguments.test_multiples) < 1:
-        parser.error(f"--test_multiples must be positive integers, got {arguments.test_multiples}")
     if not 0 <= arguments.warmup <= 1:
         parser.error(f"--warmup is a share of the steps, in [0, 1], got {arguments.warmup}")
     if not 0 < arguments.flip_flop_write_prob < 1:
@@ -613,38 +519,8 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     arguments = parse_arguments(argv)
-    use_threads(arguments)
-    try:
-        arguments.device = torch.device(arguments.device)
-        torch.empty(0, device=arguments.device)
-    except (RuntimeError, AssertionError) as error:
-        sys.exit(f"--device {arguments.device}: not usable here ({error})")
-
-    out = Path(arguments.output_dir)
-    command = shlex.join(
-        ["python", "benchmarks/bench_length_decoder_only.py", *(sys.argv[1:] if argv is None else argv)]
-    )
-    machine = (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads, {arguments.device}), "
-        f"native kernel: {'yes' if kernel_available() else 'no'}"
-    )
-    started = time.perf_counter()
-    with benchmark_log(out, command, vars(arguments), machine) as log:
-        results = {}
-        for task in arguments.tasks:
-            for positions in arguments.positions:
-                for variant in arguments.variants:
-                    for seed in arguments.seeds:
-                        result = run_one(task, positions, variant, seed, arguments, log)
-                        results.setdefault((task, positions, variant), []).append(result)
-        markdown = table(results, arguments)
-        log(markdown)
-        log(f"{len(results)} rows in {time.perf_counter() - started:.0f} s")
-    (out / "results.json").write_text(json.dumps({" ".join(key): runs for key, runs in results.items()}, indent=1))
-    if arguments.markdown:
-        measured = f"Measured on {time.strftime('%Y-%m-%d')} ({machine}) with `{command}`."
-        write_tables(arguments.markdown, {TABLE: f"{markdown}\n\n{measured}"})
+    length_runs.use_device(arguments, sys.exit)
+    length_runs.run_all(arguments, "bench_length_decoder_only.py", argv, run_one, table, TABLE)
 
 
 if __name__ == "__main__":

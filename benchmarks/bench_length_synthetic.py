@@ -48,27 +48,17 @@ otherwise). ``--markdown docs/benchmarks.md`` writes the table between the marke
 """
 
 import argparse
-import json
 import math
-import os
-import platform
-import shlex
-import statistics
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+import length_runs
 import torch
-from runs import add_threads_option, benchmark_log, use_threads
-from tables import write_tables
+from runs import add_threads_option
 from torch import nn
 from transformers import GenerationConfig, get_inverse_sqrt_schedule
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
-from hf_entmax.kernels.cpu import kernel_available
-from hf_entmax.training.recipes import RECIPES
-from hf_entmax.training.trainer import is_alpha_parameter
 
 
 PAD, EOS, FIRST_SYMBOL = 0, 1, 2
@@ -163,32 +153,26 @@ def max_test_length(arguments: argparse.Namespace) -> int:
 
 
 def train(
-    model: AdaptiveEntmaxMarianMTModel, task: str, positions: str, arguments: argparse.Namespace, seed: int, log
-) -> float:
-    """Train with the `from-scratch` recipe for ``--steps`` steps; return the mean loss of the last 10% of steps."""
-    recipe = RECIPES["from-scratch"]
-    settings = recipe.settings
-    alpha_parameters = [parameter for name, parameter in model.named_parameters() if is_alpha_parameter(name)]
-    other_parameters = [parameter for name, parameter in model.named_parameters() if not is_alpha_parameter(name)]
-    groups = [{"params": other_parameters}]
-    if alpha_parameters:
-        groups.append({"params": alpha_parameters, "lr": settings["learning_rate"] * recipe.alpha_learning_rate_ratio})
-    optimizer = torch.optim.AdamW(
-        groups,
-        lr=settings["learning_rate"],
-        betas=(settings["adam_beta1"], settings["adam_beta2"]),
-        weight_decay=settings["weight_decay"],
-    )
+    model: AdaptiveEntmaxMarianMTModel,
+    task: str,
+    positions: str,
+    arguments: argparse.Namespace,
+    seed: int,
+    label: str,
+    log: length_runs.Log,
+) -> dict:
+    """Train with the `from-scratch` recipe (inverse square-root schedule) for ``--steps`` steps; return
+    ``{"final training loss": the mean loss of the last 10% of steps}``."""
+    optimizer = length_runs.recipe_optimizer(model, length_runs.RECIPE.settings["learning_rate"])
     schedule = get_inverse_sqrt_schedule(
-        optimizer, num_warmup_steps=math.ceil(settings["warmup_steps"] * arguments.steps)
+        optimizer, num_warmup_steps=math.ceil(length_runs.RECIPE.settings["warmup_steps"] * arguments.steps)
     )
     data = torch.Generator().manual_seed(seed)
     table_size = model.config.max_position_embeddings
     shifted = [stack.embed_positions for stack in (model.model.encoder, model.model.decoder)]
     shifted = [module for module in shifted if isinstance(module, ShiftedPositions)]
-    last_losses = []
-    model.train()
-    for step in range(1, arguments.steps + 1):
+
+    def next_batch() -> dict[str, torch.Tensor]:
         lengths = torch.randint(1, arguments.train_length + 1, (arguments.batch_size,), generator=data).tolist()
         batch = {
             name: tensor.to(model.device)
@@ -198,26 +182,13 @@ def train(
         offset = int(torch.randint(0, table_size - batch["input_ids"].shape[1] + 1, (1,), generator=data))
         for module in shifted:
             module.shift = offset if positions == "offset" else 0
-        loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        if not math.isfinite(loss.item()):
-            sys.exit(f"{task} {positions} seed {seed}: the loss is {loss.item()} at step {step}")
-        if step > arguments.steps * 0.9:
-            last_losses.append(loss.item())
-        if step % arguments.log_every == 0 or step == arguments.steps:
-            log(f"  step {step}/{arguments.steps}: loss {loss.item():.4f}")
+        return batch
+
+    trained = length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log)
     for module in shifted:
         module.shift = 0
-    return statistics.mean(last_losses)
-
-
-def test_count(length: int, arguments: argparse.Namespace) -> int:
-    """How many test strings a length gets: fewer for the long ones, never fewer than --min_test_strings."""
-    return min(arguments.test_strings, max(arguments.min_test_strings, arguments.test_tokens // length))
+    # This benchmark's results have never recorded the speed (the decoder-only one's do).
+    return {"final training loss": trained["final training loss"]}
 
 
 @torch.inference_mode()
@@ -232,7 +203,7 @@ def test_accuracy(
     """
     model.eval()
     data = torch.Generator().manual_seed(arguments.test_seed * 100_003 + length)
-    count = test_count(length, arguments)
+    count = length_runs.test_count(length, arguments)
     batch_size = max(1, arguments.eval_tokens // length)
     generation = GenerationConfig(
         max_new_tokens=length + 1,
@@ -285,69 +256,28 @@ SETTINGS = (
 
 def run_one(task: str, positions: str, variant: str, seed: int, arguments: argparse.Namespace, log) -> dict:
     """Train and test one model, or read its result if this run already finished with the same settings."""
-    folder = Path(arguments.output_dir) / task / positions / variant / f"seed{seed}"
-    result_file = folder / "result.json"
-    settings = {name: getattr(arguments, name) for name in SETTINGS}
-    if result_file.exists():
-        result = json.loads(result_file.read_text())
-        if result["settings"] != settings:
-            sys.exit(
-                f"{result_file} was measured with other settings ({result['settings']}); use another --output_dir"
-            )
-        log(f"{task} / {positions} / {variant} / seed {seed}: finished before, read from {result_file}")
-        return result
-    log(f"{task} / {positions} / {variant} / seed {seed}: training {arguments.steps} steps")
-    model = build_model(variant, arguments, seed, positions).to(arguments.device)
-    started = time.perf_counter()
-    final_loss = train(model, task, positions, arguments, seed, log)
-    trained = time.perf_counter()
-    accuracy, symbol_accuracy = {}, {}
-    for multiple in arguments.test_multiples:
-        length = multiple * arguments.train_length
-        accuracy[str(multiple)], symbol_accuracy[str(multiple)] = test_accuracy(model, task, length, arguments)
-        log(
-            f"  {multiple}× ({length} symbols, {test_count(length, arguments)} strings): exact match "
-            f"{accuracy[str(multiple)]:.3f}, symbols {symbol_accuracy[str(multiple)]:.3f}"
-        )
-    result = {
-        "settings": settings,
-        "final training loss": final_loss,
-        "exact match": accuracy,
-        "symbol accuracy": symbol_accuracy,
-        "learned": learned_attention(model),
-        "training seconds": round(trained - started, 1),
-        "test seconds": round(time.perf_counter() - trained, 1),
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    result_file.write_text(json.dumps(result, indent=1))
-    return result
-
-
-def percentages(runs: list[dict], multiple: str) -> str:
-    """A table cell: exact match and, where the runs measured it, symbol accuracy in %, mean over the runs."""
-    cell = f"{100 * statistics.mean(run['exact match'][multiple] for run in runs):.1f}"
-    if all("symbol accuracy" in run for run in runs):  # runs from before 2026-12-01 have exact match only
-        cell += f" ({100 * statistics.mean(run['symbol accuracy'][multiple] for run in runs):.1f})"
-    return cell
+    label = f"{task} / {positions} / {variant} / seed {seed}"
+    return length_runs.run_or_read(
+        Path(arguments.output_dir) / task / positions / variant / f"seed{seed}",
+        {name: getattr(arguments, name) for name in SETTINGS},
+        label,
+        arguments,
+        log,
+        build=lambda: build_model(variant, arguments, seed, positions),
+        train=lambda model: train(model, task, positions, arguments, seed, label, log),
+        accuracy=lambda model, length: test_accuracy(model, task, length, arguments),
+        learned=learned_attention,
+        train_length=arguments.train_length,
+        unit="symbols",
+    )
 
 
 def table(results: dict, arguments: argparse.Namespace) -> str:
     """Exact match (and symbol accuracy) in % per (task, positions, variant) and test length, mean over seeds."""
-    multiples = arguments.test_multiples
-    header = " | ".join(f"{multiple}× ({multiple * arguments.train_length})" for multiple in multiples)
-    counts = " | ".join(str(test_count(multiple * arguments.train_length, arguments)) for multiple in multiples)
-    lines = [
-        f"| task | positions | attention | final loss | {header} |",
-        f"| --- | --- | --- | ---: | {' | '.join('---:' for _ in multiples)} |",
-        f"| *test strings* | | | | {counts} |",
-    ]
     with_symbols = all("symbol accuracy" in run for runs in results.values() for run in runs)
     symbols_note = ", and in parentheses the share of answer symbols right (%, position by position)"
     symbols_note = symbols_note if with_symbols else ""
-    for (task, positions, variant), runs in results.items():
-        loss = statistics.mean(run["final training loss"] for run in runs)
-        cells = " | ".join(percentages(runs, str(multiple)) for multiple in multiples)
-        lines.append(f"| {task} | {positions} | {variant} | {loss:.3f} | {cells} |")
+    lines = length_runs.table_rows(results, arguments, arguments.train_length)
     lines += [
         "",
         f"Exact-match accuracy (%) of greedy decoding{symbols_note}, mean over seeds "
@@ -388,40 +318,10 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (training and test)")
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     arguments = parser.parse_args()
-    for name in ("train_length", "symbols", "steps", "batch_size", "test_strings", "min_test_strings", "log_every"):
-        if getattr(arguments, name) < 1:
-            parser.error(f"--{name} must be a positive integer, got {getattr(arguments, name)}")
-    if min(arguments.test_multiples) < 1:
-        parser.error(f"--test_multiples must be positive integers, got {arguments.test_multiples}")
-    use_threads(arguments)
-    try:
-        arguments.device = torch.device(arguments.device)
-        torch.empty(0, device=arguments.device)
-    except (RuntimeError, AssertionError) as error:
-        parser.error(f"--device {arguments.device}: not usable here ({error})")
-
-    out = Path(arguments.output_dir)
-    command = shlex.join(["python", "benchmarks/bench_length_synthetic.py", *sys.argv[1:]])
-    machine = (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads, {arguments.device}), "
-        f"native kernel: {'yes' if kernel_available() else 'no'}"
-    )
-    with benchmark_log(out, command, vars(arguments), machine) as log:
-        results = {}
-        for task in arguments.tasks:
-            for positions in arguments.positions:
-                for variant in arguments.variants:
-                    for seed in arguments.seeds:
-                        result = run_one(task, positions, variant, seed, arguments, log)
-                        results.setdefault((task, positions, variant), []).append(result)
-
-        markdown = table(results, arguments)
-        log(markdown)
-    (out / "results.json").write_text(json.dumps({" ".join(key): runs for key, runs in results.items()}, indent=1))
-    if arguments.markdown:
-        measured = f"Measured on {time.strftime('%Y-%m-%d')} ({machine}) with `{command}`."
-        write_tables(arguments.markdown, {TABLE: f"{markdown}\n\n{measured}"})
+    positive = ("train_length", "symbols", "steps", "batch_size", "test_strings", "min_test_strings", "log_every")
+    length_runs.check_positive(parser, arguments, positive)
+    length_runs.use_device(arguments, parser.error)
+    length_runs.run_all(arguments, "bench_length_synthetic.py", None, run_one, table, TABLE)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,232 @@
+"""What the length-extrapolation benchmarks (bench_length_synthetic.py, bench_length_decoder_only.py) share: the
+command-line checks, the `from-scratch` recipe's optimiser and the training loop, the number of test strings per
+length, one run trained and tested or read back from its ``result.json``, the loop over all runs, and the table.
+
+Each benchmark keeps what is its own: its tasks and batches, its model, its schedule, its decoding, what it reports
+of the learned attention, and the table's footnote.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+from runs import benchmark_log, use_threads
+from tables import write_tables
+from torch import nn
+
+from hf_entmax.kernels.cpu import kernel_available
+from hf_entmax.training.recipes import RECIPES
+from hf_entmax.training.trainer import is_alpha_parameter
+
+
+RECIPE = RECIPES["from-scratch"]
+Log = Callable[[str], None]
+# One run (task, positions, variant, seed) trained and tested, or read back: its result.json as a dict.
+RunOne = Callable[[str, str, str, int, argparse.Namespace, Log], dict]
+
+
+def check_positive(parser: argparse.ArgumentParser, arguments: argparse.Namespace, names: Sequence[str]) -> None:
+    """Stop with the usage unless every option of ``names`` and every one of ``--test_multiples`` is at least 1."""
+    for name in names:
+        if getattr(arguments, name) < 1:
+            parser.error(f"--{name} must be a positive integer, got {getattr(arguments, name)}")
+    if min(arguments.test_multiples) < 1:
+        parser.error(f"--test_multiples must be positive integers, got {arguments.test_multiples}")
+
+
+def use_device(arguments: argparse.Namespace, fail: Callable[[str], NoReturn]) -> None:
+    """Apply ``--threads`` and turn ``--device`` into a `torch.device`; ``fail(message)`` if it is not usable here."""
+    use_threads(arguments)
+    try:
+        arguments.device = torch.device(arguments.device)
+        torch.empty(0, device=arguments.device)
+    except (RuntimeError, AssertionError) as error:
+        fail(f"--device {arguments.device}: not usable here ({error})")
+
+
+def recipe_optimizer(model: nn.Module, learning_rate: float) -> torch.optim.AdamW:
+    """AdamW with the `from-scratch` recipe's betas and weight decay at ``learning_rate``; α logits (where the model
+    learns α) at the recipe's multiple of it, as `hf-entmax train` sets them."""
+    settings = RECIPE.settings
+    alpha_parameters = [parameter for name, parameter in model.named_parameters() if is_alpha_parameter(name)]
+    other_parameters = [parameter for name, parameter in model.named_parameters() if not is_alpha_parameter(name)]
+    groups = [{"params": other_parameters}]
+    if alpha_parameters:
+        groups.append({"params": alpha_parameters, "lr": learning_rate * RECIPE.alpha_learning_rate_ratio})
+    return torch.optim.AdamW(
+        groups,
+        lr=learning_rate,
+        betas=(settings["adam_beta1"], settings["adam_beta2"]),
+        weight_decay=settings["weight_decay"],
+    )
+
+
+def train_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LRScheduler,
+    next_batch: Callable[[], dict[str, torch.Tensor]],
+    arguments: argparse.Namespace,
+    label: str,
+    log: Log,
+) -> dict:
+    """``--steps`` steps on the batches of ``next_batch()`` (the model's keyword arguments, ``labels`` included),
+    each clipped to the recipe's gradient norm and followed by a step of ``schedule``. Stops the benchmark if the loss
+    is not finite. Returns ``{"final training loss": mean loss of the last 10% of steps, "steps per second": …}``."""
+    steps = arguments.steps
+    last_losses = []
+    model.train()
+    started = time.perf_counter()
+    for step in range(1, steps + 1):
+        loss = model(**next_batch()).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), RECIPE.settings["max_grad_norm"])
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        if not math.isfinite(loss.item()):
+            sys.exit(f"{label}: the loss is {loss.item()} at step {step}")
+        if step > steps * 0.9:
+            last_losses.append(loss.item())
+        if step % arguments.log_every == 0 or step == steps:
+            rate = step / (time.perf_counter() - started)
+            log(f"  step {step}/{steps}: loss {loss.item():.4f} ({rate:.1f} steps/s)")
+    seconds = time.perf_counter() - started
+    return {"final training loss": statistics.mean(last_losses), "steps per second": round(steps / seconds, 2)}
+
+
+def test_count(length: int, arguments: argparse.Namespace) -> int:
+    """How many test strings a length gets: fewer for the long ones, never fewer than --min_test_strings."""
+    return min(arguments.test_strings, max(arguments.min_test_strings, arguments.test_tokens // length))
+
+
+def run_or_read(
+    folder: Path,
+    settings: dict,
+    label: str,
+    arguments: argparse.Namespace,
+    log: Log,
+    *,
+    build: Callable[[], nn.Module],
+    train: Callable[[nn.Module], dict],
+    accuracy: Callable[[nn.Module, int], tuple[float, float]],
+    learned: Callable[[nn.Module], dict],
+    train_length: int,
+    unit: str,
+) -> dict:
+    """One run: ``build()`` a model, ``train(model)`` it (its dict of training figures goes into the result), and
+    measure ``accuracy(model, length)`` (exact match, share of ``unit`` right) at each ``--test_multiples`` ×
+    ``train_length``; its result is written to ``folder/result.json``. A run that finished before is read from there
+    instead, if it was measured with the same ``settings``; with other settings the benchmark stops."""
+    result_file = folder / "result.json"
+    if result_file.exists():
+        result = json.loads(result_file.read_text())
+        if result["settings"] != settings:
+            sys.exit(
+                f"{result_file} was measured with other settings ({result['settings']}); use another --output_dir"
+            )
+        log(f"{label}: finished before, read from {result_file}")
+        return result
+    log(f"{label}: training {arguments.steps} steps")
+    model = build().to(arguments.device)
+    started = time.perf_counter()
+    trained = train(model)
+    tested = time.perf_counter()
+    exact, right = {}, {}
+    for multiple in arguments.test_multiples:
+        length = multiple * train_length
+        began = time.perf_counter()
+        exact[str(multiple)], right[str(multiple)] = accuracy(model, length)
+        log(
+            f"  {multiple}× (length {length}, {test_count(length, arguments)} strings): exact match "
+            f"{exact[str(multiple)]:.3f}, {unit} {right[str(multiple)]:.3f} ({time.perf_counter() - began:.1f} s)"
+        )
+    result = {
+        "settings": settings,
+        **trained,
+        "exact match": exact,
+        "symbol accuracy": right,
+        "learned": learned(model),
+        "training seconds": round(tested - started, 1),
+        "test seconds": round(time.perf_counter() - tested, 1),
+    }
+    speed = f" ({trained['steps per second']} steps/s)" if "steps per second" in trained else ""
+    log(f"  cost: {result['training seconds']:.0f} s training{speed}, {result['test seconds']:.0f} s testing")
+    folder.mkdir(parents=True, exist_ok=True)
+    result_file.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def percentages(runs: list[dict], multiple: str) -> str:
+    """A table cell: exact match and, where the runs measured it, the share of answer symbols right (position by
+    position) in parentheses, in %, mean over the runs."""
+    cell = f"{100 * statistics.mean(run['exact match'][multiple] for run in runs):.1f}"
+    if all("symbol accuracy" in run for run in runs):  # synthetic runs from before 2026-12-01 have exact match only
+        cell += f" ({100 * statistics.mean(run['symbol accuracy'][multiple] for run in runs):.1f})"
+    return cell
+
+
+def table_rows(results: dict, arguments: argparse.Namespace, train_length: int) -> list[str]:
+    """The table without its footnote: a row per (task, positions, variant) with the final loss and a cell
+    (`percentages`) per test length ``multiple × train_length``, means over the seeds; a row of test-string counts
+    under the header."""
+    multiples = arguments.test_multiples
+    lengths = [multiple * train_length for multiple in multiples]
+    header = " | ".join(f"{multiple}× ({length})" for multiple, length in zip(multiples, lengths, strict=True))
+    counts = " | ".join(str(test_count(length, arguments)) for length in lengths)
+    lines = [
+        f"| task | positions | attention | final loss | {header} |",
+        f"| --- | --- | --- | ---: | {' | '.join('---:' for _ in multiples)} |",
+        f"| *test strings* | | | | {counts} |",
+    ]
+    for (task, positions, variant), runs in results.items():
+        loss = statistics.mean(run["final training loss"] for run in runs)
+        cells = " | ".join(percentages(runs, str(multiple)) for multiple in multiples)
+        lines.append(f"| {task} | {positions} | {variant} | {loss:.3f} | {cells} |")
+    return lines
+
+
+def run_all(
+    arguments: argparse.Namespace,
+    script: str,
+    argv: Sequence[str] | None,
+    run_one: RunOne,
+    table: Callable[[dict, argparse.Namespace], str],
+    table_name: str,
+) -> None:
+    """Every run of ``--tasks`` × ``--positions`` × ``--variants`` × ``--seeds`` (``run_one``), logged to
+    ``--output_dir/log.txt``; then their results, by ``"task positions variant"``, in ``--output_dir/results.json``
+    and their ``table`` in the log and, between the markers ``table_name``, in the ``--markdown`` files."""
+    out = Path(arguments.output_dir)
+    command = shlex.join(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+    machine = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads, {arguments.device}), "
+        f"native kernel: {'yes' if kernel_available() else 'no'}"
+    )
+    started = time.perf_counter()
+    with benchmark_log(out, command, vars(arguments), machine) as log:
+        results = {}
+        for task in arguments.tasks:
+            for positions in arguments.positions:
+                for variant in arguments.variants:
+                    for seed in arguments.seeds:
+                        result = run_one(task, positions, variant, seed, arguments, log)
+                        results.setdefault((task, positions, variant), []).append(result)
+        markdown = table(results, arguments)
+        log(markdown)
+        log(f"{len(results)} rows in {time.perf_counter() - started:.0f} s")
+    (out / "results.json").write_text(json.dumps({" ".join(key): runs for key, runs in results.items()}, indent=1))
+    if arguments.markdown:
+        measured = f"Measured on {time.strftime('%Y-%m-%d')} ({machine}) with `{command}`."
+        write_tables(arguments.markdown, {table_name: f"{markdown}\n\n{measured}"})
