@@ -1,4 +1,5 @@
-"""Tiny models and sentences, made in code (no test downloads anything): import them with ``from helpers import ...``.
+"""Tiny models, sentences and quick training flags, made in code (no test downloads anything): import them with
+``from helpers import ...``.
 
 pytest puts this folder on ``sys.path`` (the default ``prepend`` import mode, tests/ being no package), so the test
 modules import this plain module; the fixtures built on it are in conftest.py.
@@ -34,6 +35,21 @@ SENTENCES = [
     "die frau trinkt kaffee",
     "the woman drinks coffee",
 ]
+
+# `hf-entmax train` flags for a run of seconds on the synthetic pairs: 2 steps, short sequences, nothing saved or
+# reported; and the language pair of those pairs.
+QUICK = [
+    "--max_steps", "2",
+    "--per_device_train_batch_size", "8",
+    "--generation_max_length", "6",
+    "--max_source_length", "32",
+    "--max_target_length", "32",
+    "--save_strategy", "no",
+    "--report_to", "none",
+    "--disable_tqdm", "True",
+    "--seed", "0",
+]  # fmt: skip
+PAIR = ["--source_lang", "en", "--target_lang", "syn"]
 
 
 def tiny_config(vocab_size: int = 64, **overrides) -> AdaptiveEntmaxMarianConfig:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import SENTENCES, tiny_model
+from helpers import PAIR, QUICK, SENTENCES, tiny_model
 from transformers import AutoTokenizer, MarianConfig, MarianMTModel, Seq2SeqTrainingArguments
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel
@@ -30,18 +30,6 @@ from hf_entmax.training.tokenizer import train_joint_tokenizer
 from hf_entmax.training.trainer import AdaptiveEntmaxTrainer, attention_logs
 
 
-QUICK = [
-    "--max_steps", "2",
-    "--per_device_train_batch_size", "8",
-    "--generation_max_length", "6",
-    "--max_source_length", "32",
-    "--max_target_length", "32",
-    "--save_strategy", "no",
-    "--report_to", "none",
-    "--disable_tqdm", "True",
-    "--seed", "0",
-]  # fmt: skip
-PAIR = ["--source_lang", "en", "--target_lang", "syn"]
 FRESH = ["--model_size", "tiny", "--vocab_size", "200"]
 # About twice as many tokens as the 64 positions of the tiny models' tables (and fewer than a tokenizer's 512).
 LONG_LINE = " ".join(SENTENCES[0::2] * 2)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import PAIR, QUICK
 from transformers import MarianConfig, MarianMTModel, Seq2SeqTrainingArguments
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
@@ -21,20 +22,6 @@ from hf_entmax.training.recipes import apply_recipe, defaults_tables
 from hf_entmax.training.run import tokenize_splits, train
 from hf_entmax.training.synthetic import generate_pairs
 from hf_entmax.training.tokenizer import train_joint_tokenizer
-
-
-QUICK = [
-    "--max_steps", "2",
-    "--per_device_train_batch_size", "8",
-    "--generation_max_length", "6",
-    "--max_source_length", "32",
-    "--max_target_length", "32",
-    "--save_strategy", "no",
-    "--report_to", "none",
-    "--disable_tqdm", "True",
-    "--seed", "0",
-]  # fmt: skip
-PAIR = ["--source_lang", "en", "--target_lang", "syn"]
 
 
 @pytest.fixture(scope="module")
