@@ -47,15 +47,19 @@ def parse_alpha_init(value: str | float | None, flag: str) -> float | str | None
     return alpha
 
 
-def parse_scaling_offset(value: str | float, flag: str) -> float:
-    """A finite number >= 0 given as text; anything else is a clear error."""
+def parse_finite_number(value: str | float, flag: str, minimum: float, *, strictly_above: bool = False) -> float:
+    """A finite number given as text, at least ``minimum`` (or above it, with ``strictly_above``): the query scaling's
+    offset (>= 0) and RoPE's base (> 1). Anything else is a clear error naming the bound."""
     try:
-        offset = float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        offset = math.nan
-    if not 0.0 <= offset < math.inf:
-        raise HfEntmaxValueError(f"{flag} must be a finite number >= 0, got {value!r}")
-    return offset
+        number = math.nan
+    bound = number > minimum if strictly_above else number >= minimum  # False for NaN
+    if not (bound and number < math.inf):
+        raise HfEntmaxValueError(
+            f"{flag} must be a finite number {'>' if strictly_above else '>='} {minimum:g}, got {value!r}"
+        )
+    return number
 
 
 def check_length(flag: str, value: int | None) -> None:
@@ -150,17 +154,6 @@ def parse_choice(value: str, choices: tuple[str, ...], flag: str) -> str:
     return value
 
 
-def parse_rope_theta(value: str | float, flag: str) -> float:
-    """RoPE's base, a finite number > 1 given as text; anything else is a clear error."""
-    try:
-        theta = float(value)
-    except (TypeError, ValueError):
-        theta = math.nan
-    if not 1.0 < theta < math.inf:
-        raise HfEntmaxValueError(f"{flag} must be a finite number > 1, got {value!r}")
-    return theta
-
-
 def given_attention_options(
     arguments: object, flag_prefix: str = "--", options: tuple[Field, ...] = ATTENTION_OPTIONS
 ) -> dict[str, object]:
@@ -180,11 +173,11 @@ def given_attention_options(
         elif option.name == "attention_scaling_heads":
             value = parse_choice(value, SCALED_HEADS, flag)
         elif option.name == "attention_scaling_offset":
-            value = parse_scaling_offset(value, flag)
+            value = parse_finite_number(value, flag, 0.0)
         elif option.name == "position_embedding_type":
             value = parse_choice(value, POSITION_TYPES, flag)
         elif option.name == "rope_theta":
-            value = parse_rope_theta(value, flag)
+            value = parse_finite_number(value, flag, 1.0, strictly_above=True)
         elif not isinstance(value, bool):
             try:
                 value = float(value)
