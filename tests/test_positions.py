@@ -3,9 +3,11 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -300,3 +302,14 @@ def test_translation_pipeline_takes_long_inputs_with_relative_positions(tokenize
     sinusoidal = tiny_model(vocab_size=len(tokenizer), max_position_embeddings=8)
     with pytest.raises(ValueError, match="max_position_embeddings"):
         TranslationPipeline(model=sinusoidal, tokenizer=tokenizer)(long_text)
+
+
+def test_the_decoder_only_example_of_the_docs_runs_as_shown():
+    """docs/model.md, "The decoder-only model": the example runs as written and trains on the target only."""
+    page = (Path(__file__).parent.parent / "docs" / "model.md").read_text()
+    example = next(block for block in re.findall(r"```python\n(.*?)```", page, re.S) if "ForCausalLM(config)" in block)
+    namespace: dict = {}
+    exec(example, namespace)
+    assert torch.isfinite(namespace["loss"]) and namespace["loss"] > 0
+    assert namespace["answer"].shape[0] == 1 and namespace["answer"].shape[1] > 5
+    assert (namespace["labels"][0, :5] == -100).all()
