@@ -313,3 +313,28 @@ def test_the_decoder_only_example_of_the_docs_runs_as_shown():
     assert torch.isfinite(namespace["loss"]) and namespace["loss"] > 0
     assert namespace["answer"].shape[0] == 1 and namespace["answer"].shape[1] > 5
     assert (namespace["labels"][0, :5] == -100).all()
+
+
+@pytest.mark.parametrize("position_type", ["rope", "sinusoidal"])
+def test_sparsefinder_collects_the_queries_and_keys_attention_sees(tokenizer, monkeypatch, position_type):
+    """The predictor's graph is computed from the queries and keys that reach the attention function (rotated under
+    RoPE): training data for it must be the same ones."""
+    from hf_entmax.sparsefinder.collect import collect_attention
+
+    model = tiny_model(vocab_size=len(tokenizer), init_std=0.3, position_embedding_type=position_type)
+    seen = {}
+    original = modeling.entmax_attention_forward
+
+    def recording(module, query, key, *args, **kwargs):
+        seen.setdefault((module.attention_type, module.layer_idx), (query, key))
+        return original(module, query, key, *args, **kwargs)
+
+    monkeypatch.setattr(modeling, "entmax_attention_forward", recording)
+    sample = collect_attention(
+        model, tokenizer, ["der kleine hund"], ["the small dog"], ("encoder_self", "decoder_self"), progress=False
+    )
+    for kind in ("encoder_self", "decoder_self"):
+        batch = sample.layers[kind][0][0]
+        query, key = seen[(kind, 0)]
+        torch.testing.assert_close(batch.query, query.float())
+        torch.testing.assert_close(batch.key, key.float())

@@ -15,6 +15,7 @@ from transformers import PreTrainedTokenizerBase
 from ..analysis.collect import teacher_forced_attention
 from ..errors import HfEntmaxValueError
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention, AdaptiveEntmaxMarianMTModel
+from ..modeling.positions import rotate
 
 
 @dataclass
@@ -94,7 +95,12 @@ def collect_attention(
 
     def recorder(module: AdaptiveEntmaxMarianAttention, part: str):
         def hook(_projection, _inputs, output: torch.Tensor) -> None:
-            captured[(module.attention_type, module.layer_idx, part)] = _split_heads(output, module.num_heads)
+            states = _split_heads(output, module.num_heads)
+            if module.position_type == "rope":
+                # Attention (and with it the predictor's graph) sees them rotated by their positions, which
+                # teacher forcing numbers from 0.
+                states = rotate(states, 0, module.rope_theta)
+            captured[(module.attention_type, module.layer_idx, part)] = states
 
         return hook
 
