@@ -212,6 +212,9 @@ def test_per_token_scaling_comes_from_each_tokens_hidden_state_and_learns():
     expected = 0.5 + beta * math.log(11) ** gamma
     torch.testing.assert_close(factor.squeeze(-1), expected.transpose(1, 2))
     tokens = torch.tensor([[BOS, 5, 9, 7, 11]])
+    # A half-precision model projects in its own dtype and scales in float32, as its attention scores.
+    half = tiny_decoder(attention_scaling="asentmax_per_token").to(torch.bfloat16)
+    assert torch.isfinite(half(input_ids=tokens).logits.float()).all()
     model.train()
     model(input_ids=tokens, labels=tokens).loss.backward()
     assert module.scale_beta_proj.weight.grad.abs().sum() > 0

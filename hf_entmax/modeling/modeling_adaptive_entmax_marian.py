@@ -427,9 +427,12 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         elif self.scaling_method == "asentmax_per_token":
             if query_hidden_states is None:
                 raise ValueError("per-token query scaling needs the queries' hidden states (query_hidden_states)")
-            states = query_hidden_states.to(dtype)
-            beta = nn.functional.softplus(self.scale_beta_proj(states).transpose(1, 2).unsqueeze(-1).to(dtype))
-            gamma = 2.0 * torch.tanh(self.scale_gamma_proj(states).transpose(1, 2).unsqueeze(-1).to(dtype))
+            # Projected in the model's dtype (its weights'), then in the scores': (B, Lq, H) → (B, H, Lq, 1).
+            beta, gamma = (
+                projection(query_hidden_states).to(dtype).transpose(1, 2).unsqueeze(-1)
+                for projection in (self.scale_beta_proj, self.scale_gamma_proj)
+            )
+            beta, gamma = nn.functional.softplus(beta), 2.0 * torch.tanh(gamma)
             scale = asentmax_scale(visible, beta, gamma, self.scale_offset)  # (B, H, Lq, 1)
         else:
             beta = self.scale_beta.to(dtype).view(1, -1, 1, 1)
