@@ -37,8 +37,8 @@ Variants (`VARIANTS`), which differ only in the attention:
   `asentmax_per_token`: the same with β and γ computed from each query token's hidden state. The reference's
   ASEntmax runs fix α (its ``entmax_alpha: 1.5``, never a parameter) and learn only the scale, so these do too.
 
-Under NAPE the scaled variants scale the heads without a position bias only (the config's default there, as in the
-reference); under RoPE all heads.
+Under NAPE, SSMax and ASEntmax scale the heads without a position bias only (the config's default there, as in the
+reference), softmax-matched queries every head; under RoPE every variant scales all heads.
 
 Equal budget: every variant of a task and seed sees the same training strings in the same order (the data stream is
 seeded by the seed alone), starts from the same weights wherever its parameters have the softmax model's names and
@@ -451,7 +451,7 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
         f"{arguments.train_max_length}, {arguments.steps} steps × batch {arguments.batch_size}, AdamW "
         f"{arguments.learning_rate:g} with {arguments.warmup:.0%} warm-up then cosine; d_model {arguments.d_model}, "
         f"{arguments.layers} layers, {arguments.heads} heads, FFN {arguments.ffn_multiple}×, no dropout. "
-        "`nape`: ALiBi on half of the heads, no position on the others (query scaling on those only); `rope`: "
+        "`nape`: ALiBi on half of the heads, no position on the others (SSMax and ASEntmax scale those only); `rope`: "
         "rotary positions on all heads.",
     ]
     return "\n".join(lines)

@@ -191,6 +191,22 @@ def test_nape_scales_only_the_heads_without_a_bias_by_default():
     assert every.model.decoder.layers[0].self_attn.scaled_heads is None
 
 
+def test_nape_softmax_matched_queries_scale_every_head_unless_told_otherwise():
+    # n^(1 − α) undoes α's temperature, which ALiBi heads have as much as the others: without it a fresh model's ALiBi
+    # heads would start n^(α − 1) times as sharp as softmax.
+    model = tiny_decoder(position_embedding_type="nape", attention_scaling="softmax_matched")
+    module = model.model.decoder.layers[0].self_attn
+    assert module.scaled_heads is None
+    alpha = module.alpha().double().detach()  # learned, a different α per head
+    factor = module.query_scale(None, 100, torch.float64).flatten()
+    torch.testing.assert_close(factor, 100.0 ** (1 - alpha))
+    assert (factor[:2] < 1).all()  # the ALiBi heads are scaled too
+    told = tiny_decoder(
+        position_embedding_type="nape", attention_scaling="softmax_matched", attention_scaling_heads="nope"
+    )
+    assert told.model.decoder.layers[0].self_attn.scaled_heads == (False, False, True, True)
+
+
 def test_ssmax_multiplies_queries_by_a_learned_s_times_log_n():
     model = tiny_decoder(attention_scaling="ssmax")
     module = model.model.decoder.layers[0].self_attn

@@ -169,7 +169,8 @@ class ScalingOptions:
     queries"). With α = 1 it is 1: softmax heads are unchanged.
 
     `attention_scaling_heads` chooses the heads a method scales: all of them, or under NAPE positions the heads
-    without a position bias only (``"nope"``, ASEntmax's reference, and the default there).
+    without a position bias only (``"nope"``, ASEntmax's reference, and the default there for the learned,
+    length-dependent methods; softmax-matched queries undo α's temperature, which every head has, so they scale all).
     """
 
     attention_scaling: str | None = _option(
@@ -195,7 +196,8 @@ class ScalingOptions:
     attention_scaling_heads: str | None = _option(
         None,
         "Which heads scale their queries: 'all', or 'nope' (with position_embedding_type='nape': the heads without a "
-        "position bias, as ASEntmax's reference). None: 'nope' under NAPE, 'all' otherwise.",
+        "position bias, as ASEntmax's reference). None: 'nope' for asentmax, asentmax_per_token and ssmax under NAPE, "
+        "'all' otherwise.",
     )
 
     def validate_attention_scaling(self):
@@ -343,7 +345,7 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions, Pos
         self._output_attentions = value
 
     def scaling_method(self, attention_type: str) -> str:
-        """``"none"``, ``"asentmax"`` or ``"softmax_matched"``: how one attention type scales its queries.
+        """One of `SCALING_METHODS`: how one attention type scales its queries.
 
         A type configured ``"softmax_matched"`` whose α is fixed at 1 is ``"none"``: its factor n^(1 − α) is 1. The
         model, the training printout, the model card and `hf-entmax analyze` all read this method, so none of them
@@ -368,12 +370,17 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions, Pos
 
     def scaled_heads(self, attention_type: str) -> str:
         """``"all"``, or ``"nope"`` (the heads without ALiBi's bias under NAPE): the heads whose queries one attention
-        type scales. Cross-attention has no position term, so all of its heads scale."""
+        type scales. Cross-attention has no position term, so all of its heads scale. By default NAPE's ALiBi heads
+        keep their temperature under the learned length scalings (a head with a distance penalty already focuses near
+        the query: the reference's choice), but not under softmax-matched queries, which make every head start as
+        sharp as softmax whatever its α."""
         if attention_type == "cross":
             return "all"
         if self.attention_scaling_heads is not None:
             return self.attention_scaling_heads
-        return "nope" if self.position_embedding_type == "nape" else "all"
+        if self.position_embedding_type == "nape" and self.has_learned_scaling(attention_type):
+            return "nope"
+        return "all"
 
     def validate_sizes(self):
         """Part of `@strict` validation: sizes the model can be built with (not a failure deep inside torch)."""
