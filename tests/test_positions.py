@@ -176,6 +176,13 @@ def test_relative_positions_take_inputs_longer_than_the_position_table(position_
     assert position_limit(sinusoidal.config) == 8
     with pytest.raises(ValueError, match="8 positions"):
         check_generation_settings({"max_new_tokens": 100}, sinusoidal.config, "here")
+    # generate's default length, the prompt and 20 tokens, is not cut at the position table: there is none to run
+    # out of. A sinusoidal model's default stops at its table, as transformers has it.
+    default_length = 20  # transformers' default `max_length`, counted after the prompt
+    assert model.generate(tokens, eos_token_id=None).shape == (1, 40 + default_length)
+    assert model.generate(tokens[:, :3], eos_token_id=None).shape == (1, 3 + default_length)
+    assert model.generate(tokens[:, :3], max_length=10, eos_token_id=None).shape == (1, 10)
+    assert sinusoidal.generate(tokens[:, :3], eos_token_id=None).shape == (1, 8)
 
 
 def test_nape_scales_only_the_heads_without_a_bias_by_default():

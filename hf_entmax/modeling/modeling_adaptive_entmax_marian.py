@@ -60,6 +60,7 @@ from .configuration_adaptive_entmax_marian import (
     AlphaOptions,
     ScalingOptions,
     check_generation_settings,
+    position_limit,
 )
 from .entmax import entmax, is_masked, native_entmax_attention
 from .positions import alibi_slopes, distance_bias, rotate
@@ -739,6 +740,32 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
     # Marian's loss is a mean over the batch's tokens and ignores `num_items_in_batch`: tell Trainer, so that
     # it scales the loss for gradient accumulation itself (and does not rescale it under DDP).
     accepts_loss_kwargs = False
+
+    def _prepare_generated_length(
+        self,
+        generation_config,
+        has_default_max_length,
+        has_default_min_length,
+        model_input_name,
+        input_ids_length,
+        inputs_tensor,
+    ):
+        """`generate`'s lengths, as transformers sets them, except that a model with relative positions (or none) lets
+        the default length (the prompt and `max_length`'s 20 tokens) grow past `max_position_embeddings`: transformers
+        caps it there, which would refuse a long prompt that such a model takes, as it has no positions to run out of.
+        """
+        default_max_length = generation_config.max_length
+        generation_config = super()._prepare_generated_length(
+            generation_config,
+            has_default_max_length,
+            has_default_min_length,
+            model_input_name,
+            input_ids_length,
+            inputs_tensor,
+        )
+        if has_default_max_length and generation_config.max_new_tokens is None and position_limit(self.config) is None:
+            generation_config.max_length = default_max_length + input_ids_length
+        return generation_config
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs):
