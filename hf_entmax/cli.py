@@ -5,7 +5,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .commands import analyze, convert, demo, export, push, sparsefinder, train, translate
+from .commands import align, analyze, convert, demo, export, push, sparsefinder, train, translate
 from .errors import HfEntmaxError, HfEntmaxInterrupted, describe_os_error
 
 
@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "analyze": analyze,
     "sparsefinder": sparsefinder,
     "translate": translate,
+    "align": align,
 }
 
 

@@ -6,6 +6,7 @@ modules import this plain module; the fixtures built on it are in conftest.py.
 """
 
 import torch
+from transformers import MarianConfig, MarianMTModel
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
 from hf_entmax.modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention
@@ -76,6 +77,17 @@ def tiny_config(vocab_size: int = 64, **overrides) -> AdaptiveEntmaxMarianConfig
 def tiny_model(seed: int = 0, **overrides) -> AdaptiveEntmaxMarianMTModel:
     torch.manual_seed(seed)
     return AdaptiveEntmaxMarianMTModel(tiny_config(**overrides)).eval()
+
+
+def tiny_marian(vocab_size: int) -> MarianMTModel:
+    """A plain (softmax) MarianMTModel of the tiny size: 2+1 layers, d_model 32, in eval mode."""
+    torch.manual_seed(0)
+    config = MarianConfig(
+        vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=1, init_std=0.5,
+    )  # fmt: skip
+    return MarianMTModel(config).eval()
 
 
 def random_predictor(model, dim: int = 3, seed: int = 0) -> SparsefinderPredictor:

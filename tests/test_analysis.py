@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
-from helpers import SENTENCES, tiny_model
-from transformers import MarianConfig, MarianMTModel
+from helpers import SENTENCES, tiny_marian, tiny_model
+from transformers import MarianMTModel
 
 from hf_entmax import ModelAnalysis, analyze_model
 from hf_entmax.analysis.collect import AttentionTypeStatistics
@@ -200,16 +200,6 @@ def test_findings_come_from_statistics_alone():
         "Cross-attention, density: made 65%, again 65%; head diversity (JS): made 0.30, again 0.30 bits; "
         "positional heads: made 1, again 1."
     )
-
-
-def tiny_marian(vocab_size: int) -> MarianMTModel:
-    torch.manual_seed(0)
-    config = MarianConfig(
-        vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=1, init_std=0.5,
-    )  # fmt: skip
-    return MarianMTModel(config).eval()
 
 
 def test_softmax_models_have_density_one_and_alpha_one(tokenizer, tmp_path):

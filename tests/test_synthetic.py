@@ -207,3 +207,25 @@ def test_adjectives_and_verbs_agree_in_gender_and_number(pairs):
                     assert previous_class == "noun"
                     assert features == {"gender": noun_features["gender"], "plural": noun_features["plural"]}
     assert genders_seen == {0, 1}
+
+
+def test_gold_alignments_link_each_word_to_its_translation_and_nothing_else():
+    """Checked with this file's own analyser: a link joins an English word and the Synthetic word of the same lemma
+    and class; every Synthetic word has one link, every English word one except "a" (which has no translation)."""
+    aligned = synthetic.generate_aligned_pairs(300, seed=2)
+    assert [(pair.source, pair.target) for pair in aligned] == generate_pairs(300, seed=2)
+    conjunction_of = dict(CONJUNCTIONS)
+    for pair in aligned:
+        source, target = pair.source.split(), pair.target.split()
+        assert Counter(j for _, j in pair.alignment) == Counter(range(len(target))), pair
+        linked_sources = Counter(i for i, _ in pair.alignment)
+        assert all(count == 1 for count in linked_sources.values()), pair
+        assert {i for i in range(len(source)) if i not in linked_sources} == {
+            i for i, word in enumerate(source) if word == "a"
+        }, pair
+        for i, j in pair.alignment:
+            if source[i] in conjunction_of:
+                assert target[j] == conjunction_of[source[i]], pair
+                continue
+            word_class, lemma, _ = analyse_target_word(target[j])
+            assert english_lemma(source[i]) == (word_class, lemma), (pair, i, j)

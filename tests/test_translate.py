@@ -176,7 +176,7 @@ def test_lines_empty_on_one_side_only_are_not_scored_and_are_named_in_one_warnin
     with caplog.at_level(logging.WARNING, logger="hf_entmax.commands.translate"):
         assert scored_lines(sources, references, "in.txt / ref.txt") == [0, 3]
     assert [record.getMessage() for record in caplog.records] == [
-        "2 line(s) of in.txt / ref.txt are empty on one side only and are not scored: 3, 5"
+        "2 line(s) of in.txt / ref.txt are empty on one side only and are left out: 3, 5"
     ]
     with pytest.raises(ValueError, match=r"in\.txt / ref\.txt: no line has both a sentence and a reference to score"):
         scored_lines(["ein hund", ""], ["", "a dog"], "in.txt / ref.txt")

@@ -338,8 +338,11 @@ def use_operating_point(
         raise HfEntmaxValueError(f"--sparsefinder: {last_line(str(error))}") from None
 
 
-def scored_lines(sources: Sequence[str], references: Sequence[str], description: str) -> list[int]:
-    """The 0-based indices of the lines to score: those where both the source and the reference are non-empty.
+def scored_lines(
+    sources: Sequence[str], references: Sequence[str], description: str, verb: str = "score"
+) -> list[int]:
+    """The 0-based indices of the lines to score (or to ``verb`` otherwise): those where both the source and the
+    reference are non-empty.
 
     A line empty on one side only is a sign of misalignment: it is left out with a warning listing it.
 
@@ -352,11 +355,11 @@ def scored_lines(sources: Sequence[str], references: Sequence[str], description:
     ]
     if one_sided:
         logger.warning(
-            f"{len(one_sided)} line(s) of {description} are empty on one side only and are not scored: "
+            f"{len(one_sided)} line(s) of {description} are empty on one side only and are left out: "
             f"{listed_lines(one_sided)}"
         )
     if not scored:
-        raise HfEntmaxValueError(f"{description}: no line has both a sentence and a reference to score")
+        raise HfEntmaxValueError(f"{description}: no line has both a sentence and a reference to {verb}")
     return scored
 
 

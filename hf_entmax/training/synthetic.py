@@ -177,52 +177,79 @@ def _sample_clause(rng: random.Random) -> _Clause:
     return _Clause(subject, verb, obj, preposition, prepositional_object, adverb)
 
 
-def _english_noun_phrase(phrase: _NounPhrase) -> list[str]:
+# A word and the concept it expresses, e.g. ("lo", (0, "object", "determiner")): the concept is the word's role in its
+# clause, so an English and a Synthetic word translate each other exactly when their concepts are equal.
+_Word = tuple[str, tuple]
+
+
+def _english_noun_phrase(phrase: _NounPhrase, slot: tuple) -> list[_Word]:
     noun = phrase.noun + "s" if phrase.plural else phrase.noun
-    return [phrase.determiner, *([phrase.adjective] if phrase.adjective else []), noun]
+    words = [(phrase.determiner, (*slot, "determiner"))]
+    if phrase.adjective:
+        words.append((phrase.adjective, (*slot, "adjective")))
+    return [*words, (noun, (*slot, "noun"))]
 
 
-def _english_clause(clause: _Clause) -> list[str]:
+def _english_clause(clause: _Clause, index: int) -> list[_Word]:
     # English verbs agree only in number: "the dog sees", "the dogs see".
-    words = [*_english_noun_phrase(clause.subject), clause.verb if clause.subject.plural else clause.verb + "s"]
+    verb = clause.verb if clause.subject.plural else clause.verb + "s"
+    words = [*_english_noun_phrase(clause.subject, (index, "subject")), (verb, (index, "verb"))]
     if clause.object:
-        words += _english_noun_phrase(clause.object)
+        words += _english_noun_phrase(clause.object, (index, "object"))
     if clause.preposition:
-        words += [clause.preposition, *_english_noun_phrase(clause.prepositional_object)]
+        words.append((clause.preposition, (index, "preposition")))
+        words += _english_noun_phrase(clause.prepositional_object, (index, "oblique"))
     if clause.adverb:
-        words.append(clause.adverb)
+        words.append((clause.adverb, (index, "adverb")))
     return words
 
 
-def _synthetic_noun_phrase(phrase: _NounPhrase, case: str, lex: Lexicon) -> list[str]:
+def _synthetic_noun_phrase(phrase: _NounPhrase, case: str, index: int, lex: Lexicon) -> list[_Word]:
     gender = lex.noun_genders[phrase.noun]
     number = PLURAL_SUFFIX if phrase.plural else ""
-    words = [GENDER_PREFIXES[gender] + lex.nouns[phrase.noun] + number + CASE_SUFFIXES[case]]
+    noun = GENDER_PREFIXES[gender] + lex.nouns[phrase.noun] + number + CASE_SUFFIXES[case]
+    words = [(noun, (index, case, "noun"))]
     if phrase.adjective:
-        words.append(lex.adjectives[phrase.adjective] + ADJECTIVE_GENDER_ENDINGS[gender] + number)
+        adjective = lex.adjectives[phrase.adjective] + ADJECTIVE_GENDER_ENDINGS[gender] + number
+        words.append((adjective, (index, case, "adjective")))
     if TARGET_DETERMINERS[phrase.determiner]:
-        words.append(TARGET_DETERMINERS[phrase.determiner])
+        words.append((TARGET_DETERMINERS[phrase.determiner], (index, case, "determiner")))
     return words
 
 
-def _synthetic_clause(clause: _Clause, lex: Lexicon) -> list[str]:
-    words = _synthetic_noun_phrase(clause.subject, "subject", lex)
+def _synthetic_clause(clause: _Clause, index: int, lex: Lexicon) -> list[_Word]:
+    words = _synthetic_noun_phrase(clause.subject, "subject", index, lex)
     if clause.preposition:
-        words += _synthetic_noun_phrase(clause.prepositional_object, "oblique", lex)
-        words.append(lex.postpositions[clause.preposition])
+        words += _synthetic_noun_phrase(clause.prepositional_object, "oblique", index, lex)
+        words.append((lex.postpositions[clause.preposition], (index, "preposition")))
     if clause.object:
-        words += _synthetic_noun_phrase(clause.object, "object", lex)
+        words += _synthetic_noun_phrase(clause.object, "object", index, lex)
     if clause.adverb:
-        words.append(lex.adverbs[clause.adverb])
+        words.append((lex.adverbs[clause.adverb], (index, "adverb")))
     # The verb comes last and agrees with the subject, which may be a dozen words back.
     gender = lex.noun_genders[clause.subject.noun]
     number = PLURAL_SUFFIX if clause.subject.plural else ""
-    words.append(lex.verbs[clause.verb] + VERB_GENDER_ENDINGS[gender] + number)
+    words.append((lex.verbs[clause.verb] + VERB_GENDER_ENDINGS[gender] + number, (index, "verb")))
     return words
 
 
-def _sample_pair(rng: random.Random) -> tuple[str, str]:
-    """Draw sentences until both sides have MIN_WORDS–MAX_WORDS words; return (English, Synthetic)."""
+@dataclass(frozen=True)
+class AlignedPair:
+    """One sentence pair with its gold word alignment.
+
+    Attributes:
+        source, target: The English and the Synthetic sentence, words separated by single spaces.
+        alignment: ``(source word index, target word index)`` pairs, 0-based, sorted: every word is linked to the
+            one word that translates it; English "a" (dropped in Synthetic) is linked to nothing.
+    """
+
+    source: str
+    target: str
+    alignment: tuple[tuple[int, int], ...]
+
+
+def _sample_pair(rng: random.Random) -> AlignedPair:
+    """Draw sentences until both sides have MIN_WORDS–MAX_WORDS words."""
     lex = lexicon()
     while True:
         clauses = [_sample_clause(rng)]
@@ -230,16 +257,22 @@ def _sample_pair(rng: random.Random) -> tuple[str, str]:
         if rng.random() < TWO_CLAUSE_PROBABILITY:
             conjunction = rng.choice(CONJUNCTIONS)
             clauses.append(_sample_clause(rng))
-        source, target = _english_clause(clauses[0]), _synthetic_clause(clauses[0], lex)
+        source, target = _english_clause(clauses[0], 0), _synthetic_clause(clauses[0], 0, lex)
         if conjunction:
-            source += [conjunction, *_english_clause(clauses[1])]
-            target += [TARGET_CONJUNCTIONS[conjunction], *_synthetic_clause(clauses[1], lex)]
+            source += [(conjunction, ("conjunction",)), *_english_clause(clauses[1], 1)]
+            target += [(TARGET_CONJUNCTIONS[conjunction], ("conjunction",)), *_synthetic_clause(clauses[1], 1, lex)]
         if MIN_WORDS <= len(source) <= MAX_WORDS and MIN_WORDS <= len(target) <= MAX_WORDS:
-            return " ".join(source), " ".join(target)
+            target_index = {concept: index for index, (_, concept) in enumerate(target)}
+            alignment = tuple(
+                (index, target_index[concept]) for index, (_, concept) in enumerate(source) if concept in target_index
+            )
+            return AlignedPair(
+                " ".join(word for word, _ in source), " ".join(word for word, _ in target), tuple(sorted(alignment))
+            )
 
 
-def generate_pairs(num_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
-    """Generate distinct (English, Synthetic) sentence pairs.
+def generate_aligned_pairs(num_pairs: int, seed: int = 0) -> list[AlignedPair]:
+    """Generate distinct sentence pairs with their gold word alignments.
 
     The pairs are a deterministic stream for a given seed: asking for more pairs extends the list and keeps its
     beginning, so the first pairs never change with ``num_pairs``.
@@ -247,26 +280,29 @@ def generate_pairs(num_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
     Args:
         num_pairs: How many pairs to return (no two share a source sentence).
         seed: Seed of the sentence sampler; the lexicon does not depend on it.
-
-    Returns:
-        A list of ``(source, target)`` strings in `SOURCE_LANG` and `TARGET_LANG`.
     """
     if num_pairs < 0:
         raise HfEntmaxValueError(f"num_pairs must be >= 0, got {num_pairs}")
     rng = random.Random(seed)
-    pairs: list[tuple[str, str]] = []
+    pairs: list[AlignedPair] = []
     seen: set[str] = set()
     # The language has far more than 10**12 sentences, so duplicates are rare; the cap only guards against a loop.
     for _ in range(100 * num_pairs + 1000):
         if len(pairs) == num_pairs:
             break
-        source, target = _sample_pair(rng)
-        if source not in seen:  # the target is a function of the source, so distinct sources mean distinct pairs
-            seen.add(source)
-            pairs.append((source, target))
+        pair = _sample_pair(rng)
+        if pair.source not in seen:  # the target is a function of the source, so distinct sources mean distinct pairs
+            seen.add(pair.source)
+            pairs.append(pair)
     else:
         raise HfEntmaxValueError(f"could not generate {num_pairs} distinct pairs")
     return pairs
+
+
+def generate_pairs(num_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
+    """`generate_aligned_pairs` without the alignments: ``(source, target)`` strings in `SOURCE_LANG` and
+    `TARGET_LANG`."""
+    return [(pair.source, pair.target) for pair in generate_aligned_pairs(num_pairs, seed)]
 
 
 def synthetic_splits(

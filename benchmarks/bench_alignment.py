@@ -1,0 +1,182 @@
+"""Word alignments from cross-attention, measured: against gold on the synthetic pair, against eflomal on Multi30k.
+
+    python benchmarks/bench_alignment.py synthetic --model adaptive=DIR --model softmax=DIR [--num_pairs 500]
+    python benchmarks/bench_alignment.py multi30k --data_dir ../shared/data/multi30k \\
+        --model adaptive=DIR --model softmax=DIR [--num_pairs 1000] [--markdown docs/alignment.md]
+
+`synthetic`: the models are `hf-entmax demo` folders (the built-in English→Synthetic pair), aligned on the demo's held-
+out test pairs, whose gold alignments the generator knows by construction (`generate_aligned_pairs`). `multi30k`: the
+models translate de→en; the reference is `eflomal` (pip install eflomal), trained on the training split plus the
+aligned test pairs, both directions symmetrised with grow-diag-final-and; AER "against eflomal" treats its links as
+sure links.
+
+For each model the table gives what `hf-entmax align` does by default (heads chosen without gold, the model's own
+threshold rule: the exact support for α-entmax heads, the most attended word for softmax), then the best any single
+head reaches with the best rule in hindsight (an oracle that needs the gold), and how the gold-free head score agrees
+with the gold: the rank, among all (step, layer, head), of the head it picks.
+"""
+
+import argparse
+import itertools
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from runs import MULTI30K_SPLITS, add_threads_option, benchmark_log, use_threads
+from tables import write_tables
+
+from hf_entmax.alignment.align import align_pairs
+from hf_entmax.alignment.links import links_from_weights
+from hf_entmax.alignment.pharaoh import alignment_scores
+from hf_entmax.alignment.words import QUERY_STEPS, word_cross_attention
+from hf_entmax.analysis.inputs import load_analysable_model
+from hf_entmax.training import synthetic
+
+
+# Link rules tried for the oracle row: the support (0), the most attended word (None), and thresholds for softmax.
+RULES = (0.0, None, 0.05, 0.1, 0.2, 0.3, 0.5)
+# The synthetic split sizes of `hf-entmax demo` (its test pairs are the first ones the generator draws).
+DEMO_VALIDATION_AND_TEST = 500
+
+
+def rule_name(threshold: float | None) -> str:
+    return "argmax" if threshold is None else ("support" if threshold == 0 else f"> {threshold:g}")
+
+
+def synthetic_data(num_pairs: int) -> tuple[list[str], list[str], list[set]]:
+    pairs = synthetic.generate_aligned_pairs(min(num_pairs, DEMO_VALIDATION_AND_TEST))
+    return [pair.source for pair in pairs], [pair.target for pair in pairs], [set(pair.alignment) for pair in pairs]
+
+
+def grow_diag_final_and(forward: set, backward: set, num_source: int, num_target: int) -> set:
+    """Koehn et al.'s symmetrisation of two directional alignments (links as (source, target))."""
+    alignment = forward & backward
+    union = forward | backward
+    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
+
+    def aligned_source(i: int) -> bool:
+        return any(link[0] == i for link in alignment)
+
+    def aligned_target(j: int) -> bool:
+        return any(link[1] == j for link in alignment)
+
+    added = True
+    while added:
+        added = False
+        for i, j in sorted(alignment):
+            for di, dj in neighbours:
+                link = (i + di, j + dj)
+                new_word = not aligned_source(link[0]) or not aligned_target(link[1])
+                if link in union and link not in alignment and new_word:
+                    alignment.add(link)
+                    added = True
+    for directional in (forward, backward):
+        for link in sorted(directional):
+            if link not in alignment and not aligned_source(link[0]) and not aligned_target(link[1]):
+                alignment.add(link)
+    return alignment
+
+
+def eflomal_data(data_dir: Path, num_pairs: int, log) -> tuple[list[str], list[str], list[set]]:
+    import eflomal
+
+    def lines(split: str, language: str) -> list[str]:
+        return (data_dir / f"{MULTI30K_SPLITS[split]}.{language}").read_text(encoding="utf-8").splitlines()
+
+    sources, targets = lines("test", "de")[:num_pairs], lines("test", "en")[:num_pairs]
+    corpus_sources = lines("train", "de") + sources
+    corpus_targets = lines("train", "en") + targets
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        forward_file, backward_file = Path(folder) / "forward", Path(folder) / "backward"
+        eflomal.Aligner().align(
+            corpus_sources, corpus_targets, links_filename_fwd=str(forward_file), links_filename_rev=str(backward_file)
+        )
+        forward = forward_file.read_text().splitlines()[-num_pairs:]
+        backward = backward_file.read_text().splitlines()[-num_pairs:]
+    log(f"eflomal: {len(corpus_sources)} pairs aligned in {time.perf_counter() - started:.0f} s")
+
+    def links(line: str) -> set:
+        return {tuple(map(int, field.split("-"))) for field in line.split()}
+
+    gold = [
+        grow_diag_final_and(links(f), links(b), len(s.split()), len(t.split()))
+        for f, b, s, t in zip(forward, backward, sources, targets, strict=True)
+    ]
+    return sources, targets, gold
+
+
+def evaluate_model(name: str, folder: str, sources, targets, gold, log) -> list[str]:
+    model, tokenizer = load_analysable_model(folder)
+    started = time.perf_counter()
+    default = align_pairs(model, tokenizer, sources, targets)
+    seconds = time.perf_counter() - started
+    default_scores = alignment_scores(default.links, gold)
+    choice = default.choice
+
+    attentions = list(word_cross_attention(model, tokenizer, sources, targets))
+    head_scores = choice.scores  # (steps, layers, heads), on the first SELECTION_PAIRS pairs
+    per_head = {}  # (step, layer, head) -> best (aer, rule)
+    for step, layer, head in itertools.product(*map(range, head_scores.shape)):
+        results = []
+        for rule in RULES:
+            links = [links_from_weights(attention.weights[step, layer, head], rule) for attention in attentions]
+            results.append((alignment_scores(links, gold).aer, rule))
+        per_head[step, layer, head] = min(results, key=lambda result: result[0])
+    (best_step, best_layer, best_head), (best_aer, best_rule) = min(per_head.items(), key=lambda item: item[1][0])
+    ranked = sorted(per_head, key=lambda key: per_head[key][0])
+    chosen_step = QUERY_STEPS.index(choice.query_step)
+    rank = ranked.index((chosen_step, *choice.heads[0])) + 1
+    chosen = "+".join(f"{layer}:{head}" for layer, head in choice.heads)
+    for step, layer, head in ranked:
+        log(
+            f"  {name} {QUERY_STEPS[step]:<10} {layer}:{head}  score {float(head_scores[step, layer, head]):.3f}  "
+            f"best AER {per_head[step, layer, head][0]:.3f} ({rule_name(per_head[step, layer, head][1])})"
+        )
+    return [
+        f"| {name} | {chosen} {choice.query_step}, {rule_name(default.threshold)} "
+        f"| {100 * default_scores.aer:.1f} | {100 * default_scores.precision:.1f} | {100 * default_scores.recall:.1f} "
+        f"| {best_layer}:{best_head} {QUERY_STEPS[best_step]}, {rule_name(best_rule)} | {100 * best_aer:.1f} "
+        f"| {rank} of {len(ranked)} | {len(sources) / seconds:.0f} |"
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", choices=("synthetic", "multi30k"))
+    parser.add_argument("--model", action="append", required=True, metavar="NAME=DIR", help="a model to align with")
+    parser.add_argument("--data_dir", type=Path, help="Multi30k's folder (multi30k only)")
+    parser.add_argument("--num_pairs", type=int, default=500, help="test pairs to align")
+    parser.add_argument("--output_dir", type=Path, default=Path("benchmarks/outputs/alignment"))
+    parser.add_argument("--markdown", nargs="*", default=[], help="files to write the table into")
+    add_threads_option(parser)
+    arguments = parser.parse_args()
+    use_threads(arguments)
+    models = dict(entry.split("=", 1) for entry in arguments.model)
+    command = " ".join(["python", *sys.argv])
+    with benchmark_log(arguments.output_dir, command, vars(arguments), torch.__config__.parallel_info()[:60]) as log:
+        if arguments.data == "synthetic":
+            sources, targets, gold = synthetic_data(arguments.num_pairs)
+            reference = "gold"
+        else:
+            sources, targets, gold = eflomal_data(arguments.data_dir, arguments.num_pairs, log)
+            reference = "eflomal"
+        rows = [
+            f"| model | `hf-entmax align` (head, step, rule) | AER vs {reference} | precision | recall "
+            f"| best single head in hindsight | its AER | rank of the first chosen head | pairs/s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, folder in models.items():
+            rows += evaluate_model(name, folder, sources, targets, gold, log)
+        table = "\n".join(rows)
+        caption = f"\n\n{len(sources)} {arguments.data} test pairs; `{command}`"
+        log(table + caption)
+        if arguments.markdown:
+            write_tables(arguments.markdown, {f"alignment-{arguments.data}": table + caption})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
