@@ -200,6 +200,13 @@ def is_well_formed(text: str) -> bool:
             [(0, 0), (1, 1), (2, 2)],
             '<i>der <a href="x y">große</a> hund</i>',
         ),
+        # Two tags closing at once, the outer one over a word more: the translation's words keep their spaces.
+        (
+            "<i>the <b>red ball</b></i> rolls",
+            "ball-red lo rolak",
+            [(0, 1), (1, 0), (2, 0), (3, 2)],
+            "<i><b>ball-red</b> lo</i> rolak",
+        ),
         # Spans that would cross in the translation: the first (of two equal ones) is widened to hold the other.
         ("<b>a b</b> <i>c d</i>", "w x y z", [(0, 0), (1, 2), (2, 1), (3, 3)], "<b>w <i>x y z</i></b>"),
         # An unaligned word: its pair is kept, empty, before the next aligned word; a lone tag glued after a word

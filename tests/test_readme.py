@@ -43,6 +43,7 @@ TINY = {
     "export": [],
     "push": [],
     "analyze": ["--sample_size", "4", "--no-progress"],
+    "align": ["--no-progress"],
     "sparsefinder": ["--train_size", "10", "--heldout_size", "10", "--epochs", "1", "--no-progress"],
 }
 
@@ -111,8 +112,9 @@ class RecordingHfApi:
 def test_every_readme_example_runs_as_shown(tmp_path, monkeypatch, capsys):
     commands = readme_commands()
     subcommands = [command[0] for command in commands]
-    # The README shows the demo, a run on your own pair, the OPUS-MT path end to end, the analysis and Sparsefinder.
-    expected = ["demo", "train", "translate", "convert", "train", "translate", "export", "push", "analyze"]
+    # The README shows the demo, a run on your own pair, the OPUS-MT path end to end, the analysis, word alignments
+    # and Sparsefinder.
+    expected = ["demo", "train", "translate", "convert", "train", "translate", "export", "push", "analyze", "align"]
     assert subcommands == [*expected, "sparsefinder", "translate"]
 
     monkeypatch.chdir(tmp_path)
@@ -139,6 +141,7 @@ def test_every_readme_example_runs_as_shown(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "de-en-entmax-hub" / "README.md").is_file()
     assert [upload["repo_id"] for upload in RecordingHfApi.uploads] == ["me/de-en-entmax"]
     assert (tmp_path / "analysis" / "report.md").is_file()
+    assert len(Path("test.align").read_text(encoding="utf-8").splitlines()) == 20
     assert (tmp_path / "sparsefinder" / "report.md").is_file()
     assert (tmp_path / "de-en-entmax" / "sparsefinder.safetensors").is_file()
     assert len(Path("test.sparse.en").read_text(encoding="utf-8").splitlines()) == 20

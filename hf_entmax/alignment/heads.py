@@ -5,8 +5,8 @@ the source word it picks predicts the target word well: the pairs it forms look 
 that attends by position, or always to the same word or to the end-of-sentence token, forms pairs whose source side
 says little about the target side. The score of a head is therefore the mutual information, over the sentence pairs
 being aligned, between the (lower-cased) target word and the source word the head attends to most — the end-of-
-sentence token counting as a source "word", so that a head parked there scores zero. It needs no gold data and no
-second model; docs/alignment.md compares it with gold on the synthetic pair.
+sentence token counting as one more source "word", so that a head parked there scores zero. It needs no gold data
+and no second model; docs/alignment.md compares it with gold on the synthetic pair.
 """
 
 import math
@@ -18,9 +18,6 @@ import torch
 
 from ..errors import HfEntmaxValueError
 from .words import QUERY_STEPS, WordAttention
-
-
-END_OF_SENTENCE = "</s>"
 
 
 # The most heads averaged into one alignment: beyond a few, weaker heads only blur the best ones.
@@ -46,13 +43,10 @@ class HeadChoice:
     num_pairs: int
 
 
-def _type_pairs(attention: WordAttention, weights: torch.Tensor) -> list[tuple[str, str]]:
-    """(most attended source word, target word) of each target word, lower-cased; ``weights`` ``(T, S + 1)``."""
-    source_types = [word.lower() for word in attention.source_words] + [END_OF_SENTENCE]
-    most_attended = weights.argmax(-1).tolist()
-    return [
-        (source_types[index], word.lower()) for index, word in zip(most_attended, attention.target_words, strict=True)
-    ]
+def _word_types(attention: WordAttention) -> tuple[list[str | None], list[str]]:
+    """The lower-cased source words, None for the end-of-sentence token after them; the lower-cased target words."""
+    source_types = [word.lower() for word in attention.source_words] + [None]
+    return source_types, [word.lower() for word in attention.target_words]
 
 
 def _score(attentions: Sequence[WordAttention], step: int, heads: Sequence[tuple[int, int]]) -> float:
@@ -60,8 +54,22 @@ def _score(attentions: Sequence[WordAttention], step: int, heads: Sequence[tuple
     layers, indices = torch.tensor([layer for layer, _ in heads]), torch.tensor([head for _, head in heads])
     counts = Counter()
     for attention in attentions:
-        counts.update(_type_pairs(attention, attention.weights[step, layers, indices].mean(0)))
+        source_types, target_types = _word_types(attention)
+        most_attended = attention.weights[step, layers, indices].mean(0).argmax(-1).tolist()  # (T,)
+        counts.update(zip((source_types[index] for index in most_attended), target_types, strict=True))
     return mutual_information(counts)
+
+
+def _single_head_scores(attentions: Sequence[WordAttention]) -> torch.Tensor:
+    """``(steps, layers, heads)`` the score of every head alone (one pass over the pairs for all of them)."""
+    shape = attentions[0].weights.shape[:3]
+    counts = [Counter() for _ in range(shape.numel())]
+    for attention in attentions:
+        source_types, target_types = _word_types(attention)
+        most_attended = attention.weights.argmax(-1).reshape(len(counts), -1).tolist()  # (steps·layers·heads, T)
+        for counter, indices in zip(counts, most_attended, strict=True):
+            counter.update(zip((source_types[index] for index in indices), target_types, strict=True))
+    return torch.tensor([mutual_information(counter) for counter in counts], dtype=torch.float64).view(shape)
 
 
 def choose_heads(attentions: Sequence[WordAttention], heads: Sequence[tuple[int, int]] | None = None) -> HeadChoice:
@@ -78,9 +86,7 @@ def choose_heads(attentions: Sequence[WordAttention], heads: Sequence[tuple[int,
         raise HfEntmaxValueError("no target words to choose alignment heads on: the sentence pairs are empty")
     num_steps, num_layers, num_heads = attentions[0].weights.shape[:3]
     every_head = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
-    scores = torch.tensor(
-        [[_score(attentions, step, [head]) for head in every_head] for step in range(num_steps)], dtype=torch.float64
-    ).view(num_steps, num_layers, num_heads)
+    scores = _single_head_scores(attentions)
     if heads is not None:
         combined = [_score(attentions, step, heads) for step in range(num_steps)]
         step = max(range(num_steps), key=combined.__getitem__)

@@ -148,16 +148,22 @@ def transfer_markup(marked: MarkedLine, translation: str, links: Links) -> str:
             spans[index] = [start, max(aligned) + 1 if aligned else start]
     _nest(spans, marked.tags)
 
-    text = ""
+    # Words and tags as tokens joined by single spaces, except where a tag was glued to its neighbour in the source:
+    # an opening tag to the word after it, a closing tag to the word before it, a lone tag on either side.
+    tokens: list[tuple[str, bool, bool]] = []  # (text, glued to the token before, glued to the token after)
     for boundary in range(len(words) + 1):
-        glued = False  # the next word follows the last tag without a space, as in the source
         for index in _tags_at(boundary, spans, lone, marked.tags):
             tag = marked.tags[index]
-            text += (" " if text and tag.space_before and not glued else "") + tag.text
-            glued = not tag.space_after
+            glued_before = tag.kind != "open" and not tag.space_before
+            tokens.append((tag.text, glued_before, tag.kind != "close" and not tag.space_after))
         if boundary < len(words):
-            text += ("" if glued or not text else " ") + words[boundary]
-    return re.sub(" {2,}", " ", text).strip()
+            tokens.append((words[boundary], False, False))
+    text = ""
+    for position, (token, glued_before, _) in enumerate(tokens):
+        if position and not glued_before and not tokens[position - 1][2]:
+            text += " "
+        text += token
+    return text
 
 
 def _tags_at(boundary: int, spans: dict[int, list[int]], lone: dict[int, int], tags: list[Tag]) -> list[int]:
