@@ -76,6 +76,7 @@ def test_links_are_the_most_attended_word_or_those_above_a_threshold():
             [0.7, 0.3, 0.0, 0.0],  # target word 0: source 0 first, 1 in the support
             [0.0, 0.0, 0.0, 1.0],  # target word 1: everything on the end-of-sentence token: no link
             [0.0, 0.2, 0.8, 0.0],
+            [0.0, 0.0, 0.0, 0.0],  # target word 3 had no pieces: no attention, no link
         ]
     )
     assert links_from_weights(weights, None) == [(0, 0), (2, 2)]

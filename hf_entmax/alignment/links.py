@@ -14,7 +14,8 @@ def links_from_weights(weights: torch.Tensor, threshold: float | None) -> list[t
     """The links of one sentence pair.
 
     Args:
-        weights: ``(target words, source words + 1)`` attention mass, the last column on the end-of-sentence token.
+        weights: ``(target words, source words + 1)`` attention mass, the last column on the end-of-sentence token;
+            a row of zeros (a word the tokenizer gave no piece) is linked to nothing.
         threshold: Link every source word with more mass than this; None: the most attended one only.
 
     Returns:
@@ -22,8 +23,10 @@ def links_from_weights(weights: torch.Tensor, threshold: float | None) -> list[t
     """
     num_source = weights.shape[-1] - 1
     if threshold is None:
-        best = weights.argmax(-1)  # (target words,)
-        links = [(int(source), target) for target, source in enumerate(best.tolist()) if source < num_source]
+        best = weights.argmax(-1).tolist()  # (target words,)
+        # A word with no attention at all (no pieces: the tokenizer dropped it) has no most attended word.
+        attended = (weights.sum(-1) > 0).tolist()
+        links = [(source, target) for target, source in enumerate(best) if source < num_source and attended[target]]
     else:
         target_index, source_index = torch.nonzero(weights[:, :num_source] > threshold, as_tuple=True)
         links = list(zip(source_index.tolist(), target_index.tolist(), strict=True))
