@@ -31,7 +31,7 @@ class Alignments:
         links: Per sentence pair, its ``(source word, target word)`` links, 0-based over whitespace-separated words.
         choice: The heads whose mean attention gave the links, the decoder step, and the scores behind the choice.
         threshold: The attention mass a link needs (None: each target word's most attended source word).
-        truncated_lines: 1-based numbers of the pairs cut where the model's positions end.
+        truncated_lines: 1-based numbers of the pairs cut at the model's input length limit.
     """
 
     links: list[Links]
@@ -108,7 +108,7 @@ def align_pairs(
             truncated_lines.append(line_number)
     if truncated_lines:
         logger.warning(
-            f"{len(truncated_lines)} pair(s) are longer than the model's positions: only their first words are "
+            f"{len(truncated_lines)} pair(s) are longer than the model's input limit: only their first words are "
             f"aligned (lines {listed_lines(truncated_lines)})"
         )
     return Alignments(links, choice, threshold, truncated_lines)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..modeling.configuration_adaptive_entmax_marian import position_limit
+from ..modeling.pipeline_translation import input_length_limit
 
 
 # The two decoder steps a target word can be read from. "predicting": the step that outputs the word's first piece
@@ -31,7 +31,8 @@ class WordAttention:
         weights: ``(steps, layers, heads, target words, source words + 1)``: for each of `QUERY_STEPS`, the attention
             mass each target word gives each source word; the last column is the mass on the end-of-sentence token
             (no word). Rows sum to 1.
-        truncated: Whether words were cut off because the model's positions end.
+        truncated: Whether words were cut off at the model's input length limit (its position table, or the
+            tokenizer's ``model_max_length``).
     """
 
     source_words: list[str]
@@ -101,9 +102,9 @@ def word_cross_attention(
         One `WordAttention` per pair, in order.
     """
     config = model.config
-    positions = position_limit(config)
-    # A table of positions holds the end-of-sentence token too (and the decoder's start token).
-    limit = None if positions is None else positions - 1
+    length_limit = input_length_limit(config, tokenizer)
+    # The limit holds the end-of-sentence token too (and, for the decoder, the start token).
+    limit = None if length_limit is None else length_limit[0] - 1
     eos, pad, start = config.eos_token_id, config.pad_token_id, config.decoder_start_token_id
     for first in range(0, len(sources), batch_size):
         source_words = [line.split() for line in sources[first : first + batch_size]]

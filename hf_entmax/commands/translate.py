@@ -30,7 +30,7 @@ from ..common.text_files import listed_lines, read_aligned_lines, read_lines
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxValueError, last_line
 from ..modeling.configuration_adaptive_entmax_marian import position_limit
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
-from ..modeling.pipeline_translation import UNLIMITED_TOKENIZER_LENGTH
+from ..modeling.pipeline_translation import input_length_limit
 from ..modeling.sparsefinder_attention import PREDICTOR_FILE, SparsefinderPredictor, split_sparsity_settings
 from ..training.metrics import corpus_scores
 from .parsing import CommandParser
@@ -183,10 +183,8 @@ def load_translation_model(
 def source_length_limit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int | None:
     """The most source tokens (with ``</s>``) the model accepts: the tokenizer's and the position table's limit, or
     None where neither sets one (relative positions, and a tokenizer without a length)."""
-    limits = [position_limit(model.config)]
-    if tokenizer.model_max_length is not None and tokenizer.model_max_length < UNLIMITED_TOKENIZER_LENGTH:
-        limits.append(tokenizer.model_max_length)
-    return min((limit for limit in limits if limit is not None), default=None)
+    limit = input_length_limit(model.config, tokenizer)
+    return None if limit is None else limit[0]
 
 
 def translate_lines(

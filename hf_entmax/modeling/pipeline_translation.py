@@ -9,7 +9,7 @@ This file is copied to the Hub next to the model, so it needs nothing but torch 
 """
 
 import torch
-from transformers import GenerationConfig, Pipeline
+from transformers import GenerationConfig, Pipeline, PreTrainedConfig, PreTrainedTokenizerBase
 from transformers.utils import logging
 
 from .configuration_adaptive_entmax_marian import check_generation_settings, position_limit
@@ -28,6 +28,22 @@ LENGTH_LIMITS = (("max_new_tokens", "max_length"), ("min_new_tokens", "min_lengt
 UNLIMITED_TOKENIZER_LENGTH = int(1e20)
 
 NOT_TRUNCATING = (False, None, "do_not_truncate")
+
+
+def input_length_limit(config: PreTrainedConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[int, str] | None:
+    """The most source tokens (with ``</s>``) a model takes, and where that limit comes from.
+
+    It is the smaller of the encoder's position table (``config.max_position_embeddings``, for sinusoidal positions)
+    and the tokenizer's ``model_max_length``; None if neither sets one.
+    """
+    limits = []
+    positions = position_limit(config)
+    if positions is not None:
+        limits.append((positions, "the model's max_position_embeddings"))
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    if tokenizer_limit is not None and tokenizer_limit < UNLIMITED_TOKENIZER_LENGTH:
+        limits.append((tokenizer_limit, "the tokenizer's model_max_length"))
+    return min(limits, default=None)
 
 
 class TranslationPipeline(Pipeline):
@@ -132,25 +148,10 @@ class TranslationPipeline(Pipeline):
             raise ValueError("`return_text=False` with `return_tensors=False` leaves nothing to return: drop one")
         return preprocess_params, generate_kwargs, postprocess_params
 
-    def _input_length_limit(self) -> tuple[int, str] | None:
-        """The most source tokens (with ``</s>``) the model takes, and where that limit comes from.
-
-        It is the smaller of the encoder's position table (``config.max_position_embeddings``, for sinusoidal
-        positions) and the tokenizer's ``model_max_length``; None if neither sets one.
-        """
-        limits = []
-        positions = position_limit(self.model.config)
-        if positions is not None:
-            limits.append((positions, "the model's max_position_embeddings"))
-        tokenizer_limit = getattr(self.tokenizer, "model_max_length", None)
-        if tokenizer_limit is not None and tokenizer_limit < UNLIMITED_TOKENIZER_LENGTH:
-            limits.append((tokenizer_limit, "the tokenizer's model_max_length"))
-        return min(limits, default=None)
-
     def preprocess(self, text: str, truncation=False, src_lang: str | None = None, tgt_lang: str | None = None):
         if not isinstance(text, str):
             raise TypeError(f"TranslationPipeline translates strings, got {type(text).__name__}: {text!r}")
-        limit = self._input_length_limit()
+        limit = input_length_limit(self.model.config, self.tokenizer)
         truncating = truncation not in NOT_TRUNCATING
         tokenizer_kwargs = {"return_tensors": "pt", "truncation": truncation}
         if truncating and limit is not None:
@@ -274,4 +275,4 @@ class TranslationPipeline(Pipeline):
         return results
 
 
-__all__ = ["TranslationPipeline"]
+__all__ = ["TranslationPipeline", "input_length_limit"]
