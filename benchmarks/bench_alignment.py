@@ -30,7 +30,7 @@ from tables import write_tables
 
 from hf_entmax.alignment.align import align_pairs
 from hf_entmax.alignment.links import links_from_weights
-from hf_entmax.alignment.pharaoh import alignment_scores, format_links
+from hf_entmax.alignment.pharaoh import alignment_scores, format_links, parse_links
 from hf_entmax.alignment.words import QUERY_STEPS, word_cross_attention
 from hf_entmax.analysis.inputs import load_analysable_model
 from hf_entmax.training import synthetic
@@ -57,7 +57,7 @@ def synthetic_data(num_pairs: int, folder: Path) -> tuple[list[str], list[str], 
     return files["test.en"], files["test.syn"], [set(pair.alignment) for pair in pairs]
 
 
-def grow_diag_final_and(forward: set, backward: set, num_source: int, num_target: int) -> set:
+def grow_diag_final_and(forward: set, backward: set) -> set:
     """Koehn et al.'s symmetrisation of two directional alignments (links as (source, target))."""
     alignment = forward & backward
     union = forward | backward
@@ -86,32 +86,42 @@ def grow_diag_final_and(forward: set, backward: set, num_source: int, num_target
     return alignment
 
 
-def eflomal_data(data_dir: Path, num_pairs: int, log) -> tuple[list[str], list[str], list[set]]:
-    import eflomal
+def eflomal_data(data_dir: Path, num_pairs: int, folder: Path, log) -> tuple[list[str], list[str], list[set]]:
+    """Multi30k's first test pairs and eflomal's alignments of them, kept in ``folder`` (test.de, test.en and
+    test.eflomal) and read from there when the same pairs were aligned before."""
 
     def lines(split: str, language: str) -> list[str]:
         return (data_dir / f"{MULTI30K_SPLITS[split]}.{language}").read_text(encoding="utf-8").splitlines()
 
     sources, targets = lines("test", "de")[:num_pairs], lines("test", "en")[:num_pairs]
+    reference = folder / "test.eflomal"
+    kept = [folder / "test.de", folder / "test.en", reference]
+    if all(path.exists() for path in kept) and [
+        path.read_text(encoding="utf-8").splitlines() for path in kept[:2]
+    ] == [sources, targets]:
+        log(f"eflomal: the alignments of these {num_pairs} pairs in {reference}")
+        return sources, targets, [parse_links(line, str(reference))[0] for line in reference.read_text().splitlines()]
+
+    import eflomal
+
     corpus_sources = lines("train", "de") + sources
     corpus_targets = lines("train", "en") + targets
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as folder:
-        forward_file, backward_file = Path(folder) / "forward", Path(folder) / "backward"
+    with tempfile.TemporaryDirectory() as temporary:
+        forward_file, backward_file = Path(temporary) / "forward", Path(temporary) / "backward"
         eflomal.Aligner().align(
             corpus_sources, corpus_targets, links_filename_fwd=str(forward_file), links_filename_rev=str(backward_file)
         )
         forward = forward_file.read_text().splitlines()[-num_pairs:]
         backward = backward_file.read_text().splitlines()[-num_pairs:]
     log(f"eflomal: {len(corpus_sources)} pairs aligned in {time.perf_counter() - started:.0f} s")
-
-    def links(line: str) -> set:
-        return {tuple(map(int, field.split("-"))) for field in line.split()}
-
     gold = [
-        grow_diag_final_and(links(f), links(b), len(s.split()), len(t.split()))
-        for f, b, s, t in zip(forward, backward, sources, targets, strict=True)
+        grow_diag_final_and(parse_links(f, "eflomal")[0], parse_links(b, "eflomal")[0])
+        for f, b in zip(forward, backward, strict=True)
     ]
+    reference_lines = [format_links(sorted(links)) for links in gold]
+    for path, text_lines in zip(kept, (sources, targets, reference_lines), strict=True):
+        path.write_text("".join(f"{line}\n" for line in text_lines), encoding="utf-8")
     return sources, targets, gold
 
 
@@ -172,7 +182,7 @@ def main() -> int:
             sources, targets, gold = synthetic_data(arguments.num_pairs, arguments.output_dir)
             reference = "gold"
         else:
-            sources, targets, gold = eflomal_data(arguments.data_dir, arguments.num_pairs, log)
+            sources, targets, gold = eflomal_data(arguments.data_dir, arguments.num_pairs, arguments.output_dir, log)
             reference = "eflomal"
         rows = [
             f"| model | `hf-entmax align` (head, step, rule) | AER vs {reference} | precision | recall "

@@ -23,10 +23,10 @@ def test_grow_diag_final_and_keeps_the_intersection_and_grows_into_the_union_nex
     # From the intersection {(0, 0), (1, 1)}: (2, 1) neighbours (1, 1) and source word 2 is unaligned; then (3, 2),
     # a diagonal neighbour of (2, 1), for source word 3; then (3, 3) for target word 3. (2, 3) is the union's too,
     # but by then both of its words are aligned.
-    assert bench.grow_diag_final_and(forward, backward, 4, 4) == {(0, 0), (1, 1), (2, 1), (3, 2), (3, 3)}
+    assert bench.grow_diag_final_and(forward, backward) == {(0, 0), (1, 1), (2, 1), (3, 2), (3, 3)}
     # Without neighbours, the final step adds a directional link only where both of its words are unaligned.
-    assert bench.grow_diag_final_and({(0, 0), (2, 2)}, {(0, 0), (2, 1)}, 3, 3) == {(0, 0), (2, 2)}
-    assert bench.grow_diag_final_and(forward, forward, 4, 4) == forward
+    assert bench.grow_diag_final_and({(0, 0), (2, 2)}, {(0, 0), (2, 1)}) == {(0, 0), (2, 2)}
+    assert bench.grow_diag_final_and(forward, forward) == forward
 
 
 def test_a_tiny_synthetic_run_writes_gold_files_and_its_table(tmp_path, monkeypatch):
