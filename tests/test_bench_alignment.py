@@ -37,7 +37,10 @@ def test_a_tiny_synthetic_run_writes_gold_files_and_its_table(tmp_path, monkeypa
         tiny_model(vocab_size=len(tokenizer), init_std=0.5, **overrides).save_pretrained(tmp_path / name)
         tokenizer.save_pretrained(tmp_path / name)
     markdown = tmp_path / "alignment.md"
-    markdown.write_text("before\n<!-- table:alignment-synthetic -->\nSTALE\n<!-- /table:alignment-synthetic -->\n")
+    markdown.write_text(
+        "before\n<!-- table:alignment-synthetic -->\nSTALE\n<!-- /table:alignment-synthetic -->\n"
+        "<!-- table:alignment-synthetic-heads -->\n<!-- /table:alignment-synthetic-heads -->\n"
+    )
     arguments = ["bench_alignment.py", "synthetic", "--num_pairs", "12", "--output_dir", str(tmp_path / "out")]
     arguments += ["--model", f"adaptive={tmp_path / 'adaptive'}", "--model", f"softmax={tmp_path / 'softmax'}"]
     monkeypatch.setattr(sys, "argv", [*arguments, "--markdown", str(markdown)])
@@ -49,3 +52,6 @@ def test_a_tiny_synthetic_run_writes_gold_files_and_its_table(tmp_path, monkeypa
     table = markdown.read_text()
     assert table.startswith("before\n<!-- table:alignment-synthetic -->\n| model |") and "STALE" not in table
     assert "| adaptive |" in table and "| softmax |" in table and "12 synthetic test pairs" in table
+    # Every (step, layer, head) of both models in the per-head table: 2 steps × 2 layers × 4 heads each.
+    heads = table[table.index("<!-- table:alignment-synthetic-heads -->") :]
+    assert heads.count("| adaptive |") == heads.count("| softmax |") == 16
