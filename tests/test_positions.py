@@ -364,3 +364,20 @@ def test_sparsefinder_collects_the_queries_and_keys_attention_sees(tokenizer, mo
         query, key = seen[(kind, 0)]
         torch.testing.assert_close(batch.query, query.float())
         torch.testing.assert_close(batch.key, key.float())
+
+
+@pytest.mark.parametrize("position_type", ["nape", "alibi", "rope", "sinusoidal"])
+def test_distance_only_positions_leave_the_encoder_blind_to_direction(position_type):
+    """docs/model.md's warning, kept true: with a bias of |i − j| alone (ALiBi, NAPE) a source and its mirror image
+    (end-of-sentence token mirrored too) give the same outputs; RoPE and sinusoidal positions tell them apart."""
+    model = tiny_model(vocab_size=64, init_std=0.5, position_embedding_type=position_type)
+    source = torch.tensor([[5, 6, 7, 8, 9, 10, EOS]])
+    decoder_input_ids = torch.tensor([[PAD, 11, 12, 13]])
+    with torch.no_grad():
+        logits = model(input_ids=source, decoder_input_ids=decoder_input_ids).logits
+        mirrored = model(input_ids=source.flip(-1), decoder_input_ids=decoder_input_ids).logits
+    if position_type in ("nape", "alibi"):
+        # The same sums in another order: float32 rounding of logits of size ~10.
+        torch.testing.assert_close(mirrored, logits, rtol=0, atol=1e-4)
+    else:
+        assert (mirrored - logits).abs().max() > 1.0
