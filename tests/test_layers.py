@@ -1,9 +1,10 @@
 """The package's layers point one way, no module imports one that imports it back, and `import hf_entmax` stays
 light.
 
-modeling ← kernels (optional) ← training / hub / analysis ← commands ← cli, with `hf_entmax.errors` and
-`hf_entmax.common` below training, hub and analysis for all of them. The modeling files travel to the Hub alone, so
-they import only each other (``from .module import name``) and, optionally, the native kernel inside ``try``.
+modeling ← kernels (optional) ← training / hub / analysis / alignment ← commands ← cli, with `hf_entmax.errors`
+and `hf_entmax.common` below training, hub, analysis and alignment for all of them. The modeling files travel to the
+Hub alone, so they import only each other (``from .module import name``) and, optionally, the native kernel inside
+``try``.
 """
 
 import ast
@@ -25,8 +26,14 @@ ALLOWED = {
     "hub": {"errors", "common", "modeling", "kernels"},
     "analysis": {"errors", "common", "modeling", "kernels"},
     "sparsefinder": {"errors", "common", "modeling", "kernels", "analysis"},
-    "commands": {"errors", "common", "modeling", "kernels", "training", "hub", "analysis", "sparsefinder"},
-    "cli": {"errors", "common", "modeling", "kernels", "training", "hub", "analysis", "sparsefinder", "commands"},
+    "alignment": {"errors", "common", "modeling", "kernels"},
+    "commands": {
+        "errors", "common", "modeling", "kernels", "training", "hub", "analysis", "sparsefinder", "alignment",
+    },
+    "cli": {
+        "errors", "common", "modeling", "kernels", "training", "hub", "analysis", "sparsefinder", "alignment",
+        "commands",
+    },
     "registration": {"modeling"},
     "__init__": {"modeling", "registration"},
 }
