@@ -17,6 +17,8 @@ import pytest
 
 
 PACKAGE = Path(__file__).resolve().parent.parent / "hf_entmax"
+# The parts the commands are built on.
+TOOLS = ("errors", "common", "modeling", "kernels", "training", "hub", "analysis", "sparsefinder", "alignment")
 # What each part of hf_entmax may import from the others (a part imports its own modules freely).
 ALLOWED = {
     "errors": set(),
@@ -27,13 +29,8 @@ ALLOWED = {
     "analysis": {"errors", "common", "modeling", "kernels"},
     "sparsefinder": {"errors", "common", "modeling", "kernels", "analysis"},
     "alignment": {"errors", "common", "modeling", "kernels"},
-    "commands": {
-        "errors", "common", "modeling", "kernels", "training", "hub", "analysis", "sparsefinder", "alignment",
-    },
-    "cli": {
-        "errors", "common", "modeling", "kernels", "training", "hub", "analysis", "sparsefinder", "alignment",
-        "commands",
-    },
+    "commands": set(TOOLS),
+    "cli": {*TOOLS, "commands"},
     "registration": {"modeling"},
     "__init__": {"modeling", "registration"},
 }
