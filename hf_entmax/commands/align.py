@@ -21,7 +21,7 @@ from transformers import MarianMTModel
 from ..alignment.align import SELECTION_PAIRS, Alignments, align_pairs, check_threshold
 from ..alignment.markup import has_markup, parse_markup, transfer_markup
 from ..alignment.pharaoh import alignment_scores, format_links, parse_links
-from ..common.outputs import line_output, same_file
+from ..common.outputs import check_output_files, line_output
 from ..common.text_files import listed_lines, read_aligned_lines, read_lines
 from ..errors import HfEntmaxValueError
 from .parsing import CommandParser
@@ -113,21 +113,6 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_files(args: argparse.Namespace) -> None:
-    """What the command writes must not replace what it reads, nor each other."""
-    files = {"--source_file": args.source_file, "--target_file": args.target_file, "--gold": args.gold}
-    for flag in ("--output", "--translation_output", "--markup"):
-        path = getattr(args, flag[2:])
-        if not path:
-            continue
-        if Path(path).is_dir():
-            raise HfEntmaxValueError(f"{flag} {path} is a folder; expected a file name")
-        for other_flag, other in files.items():
-            if other and same_file(path, other):
-                raise HfEntmaxValueError(f"{flag} {path} is the {other_flag} file; write elsewhere")
-        files[flag] = path
-
-
 def _read_gold(path: str, num_lines: int) -> tuple[list[set], list[set]]:
     lines = read_lines(path, "--gold")
     if len(lines) != num_lines:
@@ -186,7 +171,14 @@ def run(args: argparse.Namespace) -> int:
             "without --target_file the model translates, and the alignments refer to the words of its translations: "
             "name a file to write them to with --translation_output (or --markup)"
         )
-    _check_files(args)
+    check_output_files(
+        {"--source_file": args.source_file, "--target_file": args.target_file, "--gold": args.gold},
+        [
+            ("--output", args.output, "the alignments"),
+            ("--translation_output", args.translation_output, "the translations"),
+            ("--markup", args.markup, "the tagged translations"),
+        ],
+    )
     device = resolve_device(args.device)
     if args.target_file:
         sources, targets = read_aligned_lines(args.source_file, args.target_file, "--source_file", "--target_file")

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..common.model_folder import MODEL_TYPE_NAMES, check_model_folder, load_config, load_pretrained, load_tokenizer
-from ..common.outputs import line_output, same_file, write_text_atomically
+from ..common.outputs import check_output_files, line_output, write_text_atomically
 from ..common.text_files import listed_lines, read_aligned_lines, read_lines
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxValueError, last_line
 from ..modeling.configuration_adaptive_entmax_marian import position_limit
@@ -375,19 +375,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         sources, references, scored = read_lines(args.input, "--input"), None, []
     # What the command writes must not replace what it reads, nor each other.
-    files = {"--input": args.input, "--reference": args.reference}
-    for flag, path, written in (
-        ("--output", args.output, "the translations"),
-        ("--metrics_file", args.metrics_file, "the scores"),
-    ):
-        if not path:
-            continue
-        if Path(path).is_dir():
-            raise HfEntmaxValueError(f"{flag} {path} is a folder; expected a file name")
-        for other_flag, other in files.items():
-            if other and same_file(path, other):
-                raise HfEntmaxValueError(f"{flag} {path} is the {other_flag} file; write {written} elsewhere")
-        files[flag] = path
+    check_output_files(
+        {"--input": args.input, "--reference": args.reference},
+        [("--output", args.output, "the translations"), ("--metrics_file", args.metrics_file, "the scores")],
+    )
 
     if args.sparsefinder_predictor and not args.sparsefinder:
         raise HfEntmaxValueError("--sparsefinder_predictor needs --sparsefinder (the operating point to use)")

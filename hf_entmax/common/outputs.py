@@ -240,6 +240,28 @@ def same_file(first: str | os.PathLike, second: str | os.PathLike) -> bool:
         return False
 
 
+def check_output_files(inputs: dict[str, str | None], outputs: list[tuple[str, str | None, str]]) -> None:
+    """Refuse an output file that is a folder, or that names (or links to) an input or an earlier output.
+
+    Args:
+        inputs: ``{flag: path}`` of the files a command reads (None: not given).
+        outputs: ``(flag, path, what is written there)`` of the files it writes (path None: not given).
+
+    Raises:
+        HfEntmaxValueError: naming both flags and what to write elsewhere.
+    """
+    files = dict(inputs)
+    for flag, path, written in outputs:
+        if not path:
+            continue
+        if Path(path).is_dir():
+            raise HfEntmaxValueError(f"{flag} {path} is a folder; expected a file name")
+        for other_flag, other in files.items():
+            if other and same_file(path, other):
+                raise HfEntmaxValueError(f"{flag} {path} is the {other_flag} file; write {written} elsewhere")
+        files[flag] = path
+
+
 class OutputFile:
     """A text file being written by `line_output`; a write that fails (a full disk) raises one line."""
 
