@@ -49,14 +49,19 @@ def _word_types(attention: WordAttention) -> tuple[list[str | None], list[str]]:
     return source_types, [word.lower() for word in attention.target_words]
 
 
+def _count(counter: Counter, types: tuple[list[str | None], list[str]], most_attended: list[int]) -> None:
+    """Count the (most attended source word, target word) pair of each target word (``types``: `_word_types`)."""
+    source_types, target_types = types
+    counter.update(zip((source_types[index] for index in most_attended), target_types, strict=True))
+
+
 def _score(attentions: Sequence[WordAttention], step: int, heads: Sequence[tuple[int, int]]) -> float:
     """The score of the average attention of ``heads`` at decoder step ``step``."""
     layers, indices = torch.tensor([layer for layer, _ in heads]), torch.tensor([head for _, head in heads])
     counts = Counter()
     for attention in attentions:
-        source_types, target_types = _word_types(attention)
         most_attended = attention.weights[step, layers, indices].mean(0).argmax(-1).tolist()  # (T,)
-        counts.update(zip((source_types[index] for index in most_attended), target_types, strict=True))
+        _count(counts, _word_types(attention), most_attended)
     return mutual_information(counts)
 
 
@@ -65,10 +70,10 @@ def _single_head_scores(attentions: Sequence[WordAttention]) -> torch.Tensor:
     shape = attentions[0].weights.shape[:3]
     counts = [Counter() for _ in range(shape.numel())]
     for attention in attentions:
-        source_types, target_types = _word_types(attention)
+        types = _word_types(attention)
         most_attended = attention.weights.argmax(-1).reshape(len(counts), -1).tolist()  # (steps·layers·heads, T)
         for counter, indices in zip(counts, most_attended, strict=True):
-            counter.update(zip((source_types[index] for index in indices), target_types, strict=True))
+            _count(counter, types, indices)
     return torch.tensor([mutual_information(counter) for counter in counts], dtype=torch.float64).view(shape)
 
 

@@ -68,12 +68,14 @@ def parse_markup(line: str, where: str) -> MarkedLine:
             placeholder ``{n}`` without ``{/n}`` is a lone tag).
     """
     text, tags, names, open_tags = "", [], [], []
+    places = []  # per tag: (words started before it, whether it touches the word before it)
     position = 0
     for match in TAG.finditer(line):
         text += line[position : match.start()]
         position = match.end()
         words_started = len(text.split())
         glued_before = bool(text) and not text[-1].isspace()
+        places.append((words_started, glued_before))
         tag = Tag(
             text=match[0],
             kind="close" if match[1] or match[4] else "open",
@@ -101,13 +103,8 @@ def parse_markup(line: str, where: str) -> MarkedLine:
             raise HfEntmaxValueError(f"{where}: {tags[index].text} is never closed")
         tags[index].kind = "lone"  # a placeholder {n} without {/n}
     # Lone tags: where they stand among the words, now that the words after them are known.
-    position, text_so_far = 0, ""
-    for tag, match in zip(tags, TAG.finditer(line), strict=True):
-        text_so_far += line[position : match.start()]
-        position = match.end()
+    for tag, (words_started, glued_before) in zip(tags, places, strict=True):
         if tag.kind == "lone":
-            words_started = len(text_so_far.split())
-            glued_before = bool(text_so_far) and not text_so_far[-1].isspace()
             tag.after = glued_before or words_started == num_words
             tag.start = words_started - 1 if tag.after else words_started
     return MarkedLine(text=" ".join(text.split()), tags=tags)
