@@ -1,7 +1,7 @@
 """The GPU check of the Triton kernel (issue 19): is it right, how fast, how much memory. Under 5 minutes on one GPU.
 
     python benchmarks/gpu_check.py [--lengths 256 512 1024 2048 4096] [--presets small base] [--repeats 5]
-        [--markdown docs/gpu-design.md]
+        [--sections correctness attention training positions] [--markdown docs/gpu-design.md]
 
 1. correctness: the Triton kernel (`hf_entmax.kernels.triton_attention.entmax_attention`) and the PyTorch CUDA path
    (scores in float32, `hf_entmax.entmax`, values), outputs and the gradients to the query, key, value and α, against
@@ -15,12 +15,15 @@
    10–25 tokens, forward, backward and AdamW, bfloat16 autocast) on the Triton kernel, the PyTorch path and
    `MarianMTModel` with SDPA (same architecture and weights), attention dropout 0 for all three: the kernel has none
    (with it, the model's attention takes the PyTorch path).
+4. positions: the first preset with sinusoidal, RoPE, ALiBi and NAPE positions (same weights, attention dropout 0):
+   the logits by the Triton kernel against the PyTorch path (float32, evaluation), and training tokens/s on both as
+   ratios to sinusoidal. ALiBi and NAPE reach the kernel as a per-head bias in its additive mask.
 
 Where no CUDA device is present it says so and exits (status 0). ``TRITON_INTERPRET=1 python benchmarks/gpu_check.py
 --dry-run`` runs every section at toy sizes on CPU tensors in Triton's interpreter (the route opened to CPU tensors,
 the native kernel set aside), to check the script where there is no GPU; its numbers mean nothing.
 ``--markdown FILE...`` puts the tables between their markers (``table:gpu-check-correctness``, ``-attention``,
-``-training``).
+``-training``, ``-positions``).
 """
 
 import argparse
@@ -33,7 +36,15 @@ import time
 from pathlib import Path
 
 import torch
-from bench_speed import Report, cli_default_model, median_seconds, model_batch, sdpa_twin, training_step
+from bench_speed import (
+    Report,
+    cli_default_model,
+    median_seconds,
+    model_batch,
+    position_twin,
+    sdpa_twin,
+    training_step,
+)
 from tables import write_tables
 from torch.nn.functional import scaled_dot_product_attention
 
@@ -320,11 +331,65 @@ def bench_training(report: Report, device: torch.device, presets: list[str], rep
             torch.cuda.empty_cache()
 
 
+def bench_positions(report: Report, device: torch.device, preset: str, repeats: int, toy: bool) -> bool:
+    """Each position type on the ``preset`` model (same weights, attention dropout 0): the logits by the Triton kernel
+    against the PyTorch path (float32, evaluation; largest error relative to the largest logit), and training tokens/s
+    on both in bfloat16 autocast, as ratios to sinusoidal positions. ALiBi and NAPE reach the kernel as an additive
+    per-head bias in the mask."""
+    report(f"\n#### Position types, `{preset}` preset, training (forward, backward, AdamW), attention dropout 0\n")
+    batch_count, batch_size = (1, 4) if toy else (4, 64)
+    report(f"bench_speed's batches ({batch_count} × {batch_size} pairs of 10–25 tokens a side).\n")
+    report("| positions | logits error, Triton vs PyTorch (float32) | Triton tokens/s | × sinusoidal "
+           "| PyTorch tokens/s | × sinusoidal |")  # fmt: skip
+    report("| --- | ---: | ---: | ---: | ---: | ---: |")
+    model, _ = cli_default_model(preset)
+    model.config.attention_dropout = 0.0
+    batches = [
+        {name: tensor.to(device) for name, tensor in model_batch(model.config, seed, batch_size).items()}
+        for seed in range(batch_count)
+    ]
+    tokens = sum(int(batch["attention_mask"].sum() + (batch["labels"] != -100).sum()) for batch in batches)
+    # Each attention layer adds its own float32 error (the correctness section's bound) to the residual stream.
+    config = model.config
+    bound = TOLERANCE[torch.float32] * (config.encoder_layers + 2 * config.decoder_layers)
+    kinds = ("sinusoidal", "rope", "alibi", "nape")
+    errors, steps = [], []
+    for kind in kinds:
+        twin = (model if kind == "sinusoidal" else position_twin(model, kind)).to(device)
+        for module in twin.modules():  # the kernel has no attention dropout
+            if isinstance(module, modeling.AdaptiveEntmaxMarianAttention):
+                module.dropout = 0.0
+        logits = []
+        for triton_on in (True, False):
+            calls, stop_counting = count_triton_calls()
+            with triton_switch(triton_on), torch.no_grad():
+                twin.eval()  # no dropout: both paths see the same network
+                logits.append(twin(**batches[0]).logits.double())
+            stop_counting()
+            if triton_on and not calls:
+                raise RuntimeError(f"{kind}: the model's attention never reached the Triton kernel; see describe()")
+        errors.append(((logits[0] - logits[1]).abs().max() / logits[1].abs().max()).item())
+        steps += [training_variant(twin, batches, device, triton_on, autocast=not toy) for triton_on in (True, False)]
+    # One interleaved measurement of all eight steps, so that a slow spell of the machine hits every ratio alike.
+    rates = [tokens / second for second in median_seconds(steps, repeats)]
+    for index, (kind, error) in enumerate(zip(kinds, errors, strict=True)):
+        triton_rate, pytorch_rate = rates[2 * index], rates[2 * index + 1]
+        report(
+            f"| {kind} | {error:.1e}{'' if error <= bound else ' NO'} | {triton_rate:,.0f} "
+            f"| {triton_rate / rates[0]:.3f} | {pytorch_rate:,.0f} | {pytorch_rate / rates[1]:.3f} |"
+        )
+    return all(error <= bound for error in errors)  # False for NaN
+
+
+SECTIONS = ("correctness", "attention", "training", "positions")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", nargs="+", type=int, default=[256, 512, 1024, 2048, 4096])
     parser.add_argument("--presets", nargs="+", default=["small", "base"])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--markdown", nargs="+", type=Path, help="Also put the tables into these Markdown files.")
     parser.add_argument(
         "--dry-run",
@@ -361,15 +426,18 @@ def main() -> int:
     with triton_switch(True):  # the route with HF_ENTMAX_TRITON=1, as describe() gives it
         report(next(line for line in dispatch.describe().splitlines() if "on CUDA tensors" in line))
     start = time.perf_counter()
-    report.section("gpu-check-correctness")
-    right = check_correctness(report, device, toy=arguments.dry_run)
-    print(f"({time.perf_counter() - start:.0f} s)", flush=True)
-    report.section("gpu-check-attention")
-    bench_attention(report, device, lengths, repeats, toy=arguments.dry_run)
-    print(f"({time.perf_counter() - start:.0f} s)", flush=True)
-    report.section("gpu-check-training")
-    bench_training(report, device, presets, repeats, toy=arguments.dry_run)
-    print(f"({time.perf_counter() - start:.0f} s in all)", flush=True)
+    right = True
+    for section in arguments.sections:
+        report.section(f"gpu-check-{section}")
+        if section == "correctness":
+            right &= check_correctness(report, device, toy=arguments.dry_run)
+        elif section == "attention":
+            bench_attention(report, device, lengths, repeats, toy=arguments.dry_run)
+        elif section == "training":
+            bench_training(report, device, presets, repeats, toy=arguments.dry_run)
+        else:
+            right &= bench_positions(report, device, presets[0], repeats, toy=arguments.dry_run)
+        print(f"({time.perf_counter() - start:.0f} s)", flush=True)
     if arguments.markdown:
         command = shlex.join(["python", "benchmarks/gpu_check.py", *sys.argv[1:]])
         measured = f"Measured on {time.strftime('%Y-%m-%d')} ({report.header}) with `{command}`."

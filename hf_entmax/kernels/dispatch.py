@@ -7,9 +7,8 @@ to their PyTorch operations, which they run where an entry returns ``None`` (and
   (`cpu.entmax`) where `mapping_route` says so;
 - `native_entmax_attention`, for the model's attention: Sparsefinder's pairs gathered by the native kernel where the
   graph is sparse enough to pay (`RESTRICTED_MAX_DENSITY`, `cpu.restricted_attention`); on CUDA tensors the Triton
-  kernel, opt-in with ``HF_ENTMAX_TRITON=1`` until it has been measured on a GPU (`triton_attention_route`,
-  `triton_attention.entmax_attention`); on CPU tensors the fused native kernel (`attention_route`,
-  `cpu.entmax_attention`).
+  kernel, opt-in with ``HF_ENTMAX_TRITON=1`` (`triton_attention_route`, `triton_attention.entmax_attention`); on CPU
+  tensors the fused native kernel (`attention_route`, `cpu.entmax_attention`).
 
 Each route is a `Route`: the implementation that runs and why. The first call that takes a route logs it once
 (logger ``"hf_entmax"``, level INFO), and `describe` sums up the routes of this machine.
@@ -193,9 +192,7 @@ class _TritonRoutes:
 
     def __init__(self):
         self.triton = Route(ATTENTION, TRITON, f"CUDA float16/bfloat16/float32 tensors, {TRITON_SWITCH}=1")
-        self.off = Route(
-            ATTENTION, PYTORCH, f"the Triton kernel is opt-in until measured on a GPU: {TRITON_SWITCH}=1 turns it on"
-        )
+        self.off = Route(ATTENTION, PYTORCH, f"the Triton kernel is opt-in: {TRITON_SWITCH}=1 turns it on")
         self.not_device = Route(ATTENTION, PYTORCH, "the tensors are not CUDA tensors, which the Triton kernel takes")
         self.dtype = Route(
             ATTENTION, PYTORCH, "not float16/bfloat16/float32 tensors of one dtype, which the Triton kernel takes"

@@ -563,7 +563,7 @@ def _block_size(length: int, largest: int) -> int:
 
 # (largest head dimension, BLOCK_M, BLOCK_N, warps): the largest tiles whose kernels, forward with α's gradient
 # included, compile for sm_90 without spilling registers (ptxas -v; tests/test_triton_attention.py compiles them).
-# Their speed is unmeasured (docs/gpu-design.md).
+# Not autotuned: measured once, on an H200 (docs/gpu-design.md).
 _LAUNCH_CONFIGS = ((64, 64, 32, 4), (128, 64, 32, 8), (MAX_HEAD_DIM, 32, 32, 8))
 
 
