@@ -623,7 +623,8 @@ def training_items(info: ModelCardInfo) -> str | None:
 
 
 def preprocessing_text(preprocessing: Mapping[str, Any]) -> str | None:
-    """``{"max_source_length": 128, …}`` as a sentence: truncation lengths and the source prefix."""
+    """``{"max_source_length": 128, …}`` as a sentence: truncation lengths, the source prefix and document-level
+    examples."""
     if not preprocessing:
         return None
     settings = dict(preprocessing)
@@ -636,6 +637,11 @@ def preprocessing_text(preprocessing: Mapping[str, Any]) -> str | None:
     if "source_prefix" in settings:
         prefix = settings.pop("source_prefix")
         parts.append(f"source prefix `{prefix}`" if prefix else "no source prefix")
+    if documents := settings.pop("document_context", None):
+        parts.append(
+            f"document-level: {plain_text(documents.get('ratio'))} examples per training pair of 2–"
+            f"{plain_text(documents.get('max_sentences'))} consecutive pairs of a document joined"
+        )
     parts += [f"`{key}` {plain_text(value)}" for key, value in settings.items() if value is not None]
     return "; ".join(parts) if parts else None
 

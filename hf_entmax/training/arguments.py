@@ -32,6 +32,8 @@ MIN_LENGTH = 2
 LENGTH_FLAGS = ("max_source_length", "max_target_length", "val_max_target_length")
 DEFAULT_MODEL_SIZE = "small"
 DEFAULT_VOCAB_SIZE = 8000
+# Joined examples per training pair with --document_context: one for every two pairs keeps sentences the majority.
+DEFAULT_DOCUMENT_CONTEXT_RATIO = 0.5
 
 
 def parse_alpha_init(value: str | float | None, flag: str) -> float | str | None:
@@ -396,6 +398,29 @@ class DataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
+    document_context: int | None = field(
+        default=None,
+        metadata={
+            "help": "Document-level training: also train on 2 … N consecutive training pairs of one document joined "
+            "into one example, so that the model learns to translate paragraphs. Local files: their line order is the "
+            "document order and an empty pair (an empty line in both files) ends a document; --dataset_name: needs "
+            "--document_column. Default: sentences only."
+        },
+    )
+    document_context_ratio: float | None = field(
+        default=None,
+        metadata={
+            "help": "Joined examples per training pair with --document_context, in (0, 1]: 0.5 adds one joined "
+            f"example for every two pairs. Default: {DEFAULT_DOCUMENT_CONTEXT_RATIO:g}."
+        },
+    )
+    document_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "With --document_context and --dataset_name: the column holding each row's document id "
+            "(consecutive rows with the same id form a document)."
+        },
+    )
     synthetic_train_size: int = field(
         default=20000, metadata={"help": "Training pairs of the built-in synthetic pair (when no data is given)."}
     )
@@ -419,6 +444,38 @@ class DataArguments:
                 raise HfEntmaxValueError(f"--{name} must be a positive whole number, got {value!r}")
         for name in LENGTH_FLAGS:
             check_length(name, getattr(self, name))
+        self._check_document_context()
+
+    def _check_document_context(self) -> None:
+        """Refuse document options that would be ignored or cannot apply, and fill in the ratio."""
+        if self.document_context is None:
+            for name in ("document_context_ratio", "document_column"):
+                if getattr(self, name) is not None:
+                    raise HfEntmaxValueError(f"--{name} applies with --document_context N, which was not given")
+            return
+        if isinstance(self.document_context, bool) or not (
+            isinstance(self.document_context, int) and self.document_context >= 2
+        ):
+            raise HfEntmaxValueError(
+                f"--document_context must be a whole number ≥ 2 (the most pairs joined), got {self.document_context!r}"
+            )
+        ratio = DEFAULT_DOCUMENT_CONTEXT_RATIO if self.document_context_ratio is None else self.document_context_ratio
+        if not (math.isfinite(ratio) and 0.0 < ratio <= 1.0):
+            raise HfEntmaxValueError(
+                f"--document_context_ratio must be in (0, 1] (joined examples per training pair), got {ratio!r}"
+            )
+        self.document_context_ratio = ratio
+        if self.dataset_name is not None and self.document_column is None:
+            raise HfEntmaxValueError(
+                f"--document_context with --dataset_name {self.dataset_name!r} needs --document_column, the column of "
+                "each row's document id: a dataset's row order alone does not say where documents end (local files "
+                "in document order need none: an empty pair ends a document)"
+            )
+        if self.dataset_name is None and self.document_column is not None:
+            raise HfEntmaxValueError(
+                "--document_column applies to --dataset_name; in local files the line order is the document order "
+                "and an empty pair (an empty line in both files) ends a document"
+            )
 
     def resolve_lengths(self, max_positions: int | None) -> None:
         """Fill in the length limits not given: 128 tokens, or ``max_positions`` (the model's) if fewer."""

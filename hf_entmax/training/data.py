@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, Features, Translation
@@ -34,7 +35,8 @@ from ..common.text_files import MAX_LISTED_LINES, listed_lines
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxValueError, one_line
 from . import synthetic
 from .arguments import DataArguments
-from .columns import check_language_pair, language_key, table_sides
+from .columns import check_language_pair, find_name, language_key, table_sides
+from .documents import DOCUMENT, boundary_documents, column_documents, join_documents
 from .formats import SUPPORTED_SUFFIXES, Pairs, read_aligned_pairs, read_pairs
 
 
@@ -53,7 +55,7 @@ SPLIT_ALIASES = {
 }
 
 
-def read_parallel_file(path: PathLike, source_lang: str, target_lang: str) -> Dataset:
+def read_parallel_file(path: PathLike, source_lang: str, target_lang: str, documents: bool = False) -> Dataset:
     """Read sentence pairs from one file (format by suffix) or a folder written by ``Dataset.save_to_disk``.
 
     Args:
@@ -61,9 +63,11 @@ def read_parallel_file(path: PathLike, source_lang: str, target_lang: str) -> Da
             `hf_entmax.training.formats` for each layout); columns and keys of other languages are ignored.
         source_lang: Language code of the source side, e.g. ``"de"``.
         target_lang: Language code of the target side, e.g. ``"en"``.
+        documents: Read the pairs as documents in order, an empty pair ending each (`hf_entmax.training.documents`).
 
     Returns:
-        A dataset with one ``translation`` column of ``{source_lang: str, target_lang: str}`` rows.
+        A dataset with one ``translation`` column of ``{source_lang: str, target_lang: str}`` rows (and, with
+        ``documents``, a ``document`` column of document numbers).
 
     Raises:
         HfEntmaxFileNotFoundError: If the path does not exist.
@@ -79,11 +83,14 @@ def read_parallel_file(path: PathLike, source_lang: str, target_lang: str) -> Da
                 f"{path} holds a DatasetDict (splits {', '.join(map(repr, saved))}), not one split: give it as "
                 f"--dataset_name, or give one split's folder (e.g. {path / next(iter(saved))}) as the split's file"
             )
-        return dataset_to_translation(saved, str(path), source_lang, target_lang)
-    return _translation_dataset(read_pairs(path, source_lang, target_lang), str(path), source_lang, target_lang)
+        return dataset_to_translation(saved, str(path), source_lang, target_lang, empty_pairs_end_documents=documents)
+    pairs = read_pairs(path, source_lang, target_lang)
+    return _translation_dataset(pairs, str(path), source_lang, target_lang, empty_pairs_end_documents=documents)
 
 
-def read_text_pair(source_path: PathLike, target_path: PathLike, source_lang: str, target_lang: str) -> Dataset:
+def read_text_pair(
+    source_path: PathLike, target_path: PathLike, source_lang: str, target_lang: str, documents: bool = False
+) -> Dataset:
     """Read sentence pairs from two plain text files, one sentence per line, line N translating line N.
 
     Args:
@@ -91,9 +98,11 @@ def read_text_pair(source_path: PathLike, target_path: PathLike, source_lang: st
         target_path: The target-language file, with exactly as many lines.
         source_lang: Language code of the source side, used as the row key.
         target_lang: Language code of the target side, used as the row key.
+        documents: Read the lines as documents in order, an empty line in both files ending each.
 
     Returns:
-        A dataset with one ``translation`` column of ``{source_lang: str, target_lang: str}`` rows.
+        A dataset with one ``translation`` column of ``{source_lang: str, target_lang: str}`` rows (and, with
+        ``documents``, a ``document`` column of document numbers).
 
     Raises:
         HfEntmaxFileNotFoundError: If either file does not exist.
@@ -103,7 +112,8 @@ def read_text_pair(source_path: PathLike, target_path: PathLike, source_lang: st
     check_language_pair(source_lang, target_lang)
     source_path, target_path = Path(source_path), Path(target_path)
     pairs = read_aligned_pairs(source_path, target_path)
-    return _translation_dataset(pairs, f"{source_path} / {target_path}", source_lang, target_lang)
+    description = f"{source_path} / {target_path}"
+    return _translation_dataset(pairs, description, source_lang, target_lang, empty_pairs_end_documents=documents)
 
 
 def load_local_splits(
@@ -119,10 +129,12 @@ def load_local_splits(
     test_target_file: PathLike | None = None,
     source_lang: str,
     target_lang: str,
+    train_documents: bool = False,
 ) -> DatasetDict:
     """Build the splits given as local files, each from one file (or saved-dataset folder) or a source/target pair.
 
-    The argument names are the training command's flags (``--train_file``, ``--train_source_file``, ...).
+    The argument names are the training command's flags (``--train_file``, ``--train_source_file``, ...);
+    ``train_documents`` reads the train split as documents (`read_parallel_file`'s ``documents``).
 
     Returns:
         A ``DatasetDict`` with a ``"train"``, ``"validation"`` and/or ``"test"`` entry for each split given.
@@ -162,14 +174,21 @@ def load_local_splits(
 
     splits = DatasetDict()
     for split, (file, source_file, target_file) in given.items():
+        documents = train_documents and split == "train"
         if file is not None:
-            splits[split] = read_parallel_file(file, source_lang, target_lang)
+            splits[split] = read_parallel_file(file, source_lang, target_lang, documents)
         elif source_file is not None:
-            splits[split] = read_text_pair(source_file, target_file, source_lang, target_lang)
+            splits[split] = read_text_pair(source_file, target_file, source_lang, target_lang, documents)
     return splits
 
 
-def load_named_dataset(dataset_name: str, config_name: str | None, source_lang: str, target_lang: str) -> DatasetDict:
+def load_named_dataset(
+    dataset_name: str,
+    config_name: str | None,
+    source_lang: str,
+    target_lang: str,
+    train_document_column: str | None = None,
+) -> DatasetDict:
     """The splits of ``--dataset_name``: a Hub id, a folder written by ``save_to_disk``, or a dataset folder.
 
     A folder holding ``dataset_dict.json`` or ``state.json`` is read with ``datasets.load_from_disk`` (a single
@@ -178,7 +197,8 @@ def load_named_dataset(dataset_name: str, config_name: str | None, source_lang: 
 
     Returns:
         A ``DatasetDict`` with ``"train"``, ``"validation"`` and/or ``"test"`` entries, each with one ``translation``
-        column of ``{source_lang: str, target_lang: str}`` rows.
+        column of ``{source_lang: str, target_lang: str}`` rows; with ``train_document_column``, the train split also
+        has a ``document`` column of document numbers from that column's ids.
 
     Raises:
         HfEntmaxFileNotFoundError: If the name is a path to a folder that does not exist.
@@ -220,7 +240,11 @@ def load_named_dataset(dataset_name: str, config_name: str | None, source_lang: 
     return DatasetDict(
         {
             split: dataset_to_translation(
-                loaded[name], f"dataset {dataset_name!r} split {name!r}", source_lang, target_lang
+                loaded[name],
+                f"dataset {dataset_name!r} split {name!r}",
+                source_lang,
+                target_lang,
+                document_column=train_document_column if split == "train" else None,
             )
             for split, name in _choose_splits(list(loaded), dataset_name).items()
         }
@@ -242,6 +266,11 @@ def load_parallel_data(data_args: DataArguments) -> tuple[DatasetDict, str, str]
                 f"--target_lang {target_lang}. Give --train_file (or a dataset) to train another pair"
             )
         # Its rows are keyed by its own codes, whatever their case on the command line.
+        if data_args.document_context is not None:
+            raise HfEntmaxValueError(
+                "--document_context joins consecutive sentences of a document, and the built-in synthetic pair has "
+                "no documents (its pairs are independent): give data in document order"
+            )
         splits = synthetic.synthetic_splits(num_train=data_args.synthetic_train_size)
         return splits, synthetic.SOURCE_LANG, synthetic.TARGET_LANG
 
@@ -258,13 +287,31 @@ def load_parallel_data(data_args: DataArguments) -> tuple[DatasetDict, str, str]
                 f"{', '.join('--' + name for name in data_args.local_files())})"
             )
         raw = load_named_dataset(
-            data_args.dataset_name, data_args.dataset_config_name, data_args.source_lang, data_args.target_lang
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            data_args.source_lang,
+            data_args.target_lang,
+            train_document_column=data_args.document_column,
         )
     else:
         raw = load_local_splits(
-            **data_args.local_files(), source_lang=data_args.source_lang, target_lang=data_args.target_lang
+            **data_args.local_files(),
+            source_lang=data_args.source_lang,
+            target_lang=data_args.target_lang,
+            train_documents=data_args.document_context is not None,
         )
     return raw, data_args.source_lang, data_args.target_lang
+
+
+def split_examples(raw: DatasetDict, split: str, data_args: DataArguments) -> Dataset:
+    """The examples of ``split`` that a run trains or evaluates on: its first ``--max_*_samples`` pairs, and for the
+    train split with ``--document_context``, those pairs and their joined neighbours (`join_documents`). Tokenizing
+    and counting truncation both take them from here, so they see the same rows."""
+    max_samples, _ = data_args.split_limits(split)
+    examples = limit_samples(raw[split], max_samples)
+    if DOCUMENT not in examples.column_names:
+        return examples
+    return join_documents(examples, data_args.document_context, data_args.document_context_ratio, f"the {split} split")
 
 
 def load_saved_dataset(folder: Path) -> Dataset | DatasetDict:
@@ -287,7 +334,14 @@ def load_saved_dataset(folder: Path) -> Dataset | DatasetDict:
         ) from error
 
 
-def dataset_to_translation(dataset: Dataset, description: str, source_lang: str, target_lang: str) -> Dataset:
+def dataset_to_translation(
+    dataset: Dataset,
+    description: str,
+    source_lang: str,
+    target_lang: str,
+    document_column: str | None = None,
+    empty_pairs_end_documents: bool = False,
+) -> Dataset:
     """A dataset's pairs as one ``translation`` column, from its ``translation`` column or two flat columns.
 
     Args:
@@ -296,15 +350,31 @@ def dataset_to_translation(dataset: Dataset, description: str, source_lang: str,
         description: What the dataset is, for messages (e.g. ``"dataset 'wmt16' split 'train'"``).
         source_lang: Language code of the source side.
         target_lang: Language code of the target side.
+        document_column: A column of document ids: also return a ``document`` column of document numbers, one
+            document per run of rows with the same id.
+        empty_pairs_end_documents: Also return document numbers, an empty pair ending each document.
 
     Raises:
-        HfEntmaxValueError: If the columns are missing or do not hold strings, or no pair is left after skipping
-            empty ones.
+        HfEntmaxValueError: If the columns are missing or do not hold strings, the document column is missing or
+            has a row without an id, or no pair is left after skipping empty ones.
     """
     check_language_pair(source_lang, target_lang)
     # The arrow format hands over the (memory-mapped) table without turning rows into Python objects.
-    sources, targets = table_sides(dataset.with_format("arrow")[:], description, source_lang, target_lang)
-    return _translation_dataset(Pairs(sources, targets, None), description, source_lang, target_lang)
+    table = dataset.with_format("arrow")[:]
+    sources, targets = table_sides(table, description, source_lang, target_lang)
+    documents = None
+    if document_column is not None:
+        index = find_name(table.column_names, document_column, description, "columns")
+        if index is None:
+            raise HfEntmaxValueError(
+                f"{description} has no column {document_column!r} (--document_column); its columns: "
+                f"{', '.join(map(repr, table.column_names))}"
+            )
+        documents = column_documents(table.column(index), description, document_column)
+    pairs = Pairs(sources, targets, None)
+    return _translation_dataset(
+        pairs, description, source_lang, target_lang, documents, empty_pairs_end_documents=empty_pairs_end_documents
+    )
 
 
 def limit_samples(dataset: Dataset, max_samples: int | None) -> Dataset:
@@ -370,8 +440,8 @@ def report_truncation(
 
     counts = {}
     for name, features in tokenized.items():
-        max_samples, max_target_length = data_args.split_limits(name)
-        pairs = limit_samples(raw[name], max_samples)
+        _, max_target_length = data_args.split_limits(name)
+        pairs = split_examples(raw, name, data_args)
         counts[name] = {"examples": len(features)}
         cut = []
         for side, column, flag, limit, encode in (
@@ -392,7 +462,14 @@ def report_truncation(
     return counts
 
 
-def _translation_dataset(pairs: Pairs, description: str, source_lang: str, target_lang: str) -> Dataset:
+def _translation_dataset(
+    pairs: Pairs,
+    description: str,
+    source_lang: str,
+    target_lang: str,
+    documents: np.ndarray | None = None,
+    empty_pairs_end_documents: bool = False,
+) -> Dataset:
     """The pairs as a translation dataset, stripped, skipping pairs with an empty or missing side.
 
     Args:
@@ -400,6 +477,9 @@ def _translation_dataset(pairs: Pairs, description: str, source_lang: str, targe
         description: Where the pairs come from, for messages.
         source_lang: Language code of the source side.
         target_lang: Language code of the target side.
+        documents: The document number of each pair, kept as a ``document`` column of the pairs kept.
+        empty_pairs_end_documents: Number the documents here instead, a pair with both sides empty ending each (such
+            pairs are document boundaries, not skipped pairs).
 
     Raises:
         HfEntmaxValueError: If no pair is left, or every pair has the same text on both sides.
@@ -409,7 +489,12 @@ def _translation_dataset(pairs: Pairs, description: str, source_lang: str, targe
     # into Python objects.
     sources, targets = (pc.utf8_trim_whitespace(pc.fill_null(side, "")) for side in (pairs.sources, pairs.targets))
     empty = pc.or_(pc.equal(pc.utf8_length(sources), 0), pc.equal(pc.utf8_length(targets), 0))
-    num_skipped = pc.sum(empty).as_py() or 0
+    skipped = empty
+    if empty_pairs_end_documents:
+        both_empty = pc.and_(pc.equal(pc.utf8_length(sources), 0), pc.equal(pc.utf8_length(targets), 0))
+        documents = boundary_documents(both_empty)
+        skipped = pc.and_(empty, pc.invert(both_empty))
+    num_skipped = pc.sum(skipped).as_py() or 0
     noun = "line" if line_numbers is not None else "row"
 
     def positions(mask: pa.ChunkedArray | pa.Array, total: int) -> str:
@@ -420,16 +505,17 @@ def _translation_dataset(pairs: Pairs, description: str, source_lang: str, targe
     if num_skipped:
         logger.warning(
             f"skipped {num_skipped:,} of {len(empty):,} {noun}s ({num_skipped / len(empty):.1%}) with an empty source "
-            f"or target in {description} ({positions(empty, num_skipped)})"
+            f"or target in {description} ({positions(skipped, num_skipped)})"
         )
-    if num_skipped == len(empty):
+    num_pairs = len(empty) - (pc.sum(empty).as_py() or 0)
+    if num_pairs == 0:
         raise HfEntmaxValueError(
             f"{description} contains no sentence pairs"
-            + (f" ({num_skipped} {noun}s had an empty source or target)" if num_skipped else f" (no {noun}s at all)")
+            + (f" ({len(empty)} {noun}s had an empty source or target)" if len(empty) else f" (no {noun}s at all)")
         )
     # Both sides the same text: one column (or file) read as both, which would train a model to copy.
     same = pc.and_(pc.equal(sources, targets), pc.invert(empty))
-    num_same, num_pairs = pc.sum(same).as_py() or 0, len(empty) - num_skipped
+    num_same = pc.sum(same).as_py() or 0
     if num_same == num_pairs:
         raise HfEntmaxValueError(
             f"{description}: every pair has the same {source_lang!r} and {target_lang!r} text "
@@ -447,7 +533,11 @@ def _translation_dataset(pairs: Pairs, description: str, source_lang: str, targe
     )
     # The Translation feature is the one wmt16/opus use, so Hub and local data go through the same preprocessing.
     features = Features({"translation": Translation(languages=[source_lang, target_lang])})
-    return Dataset.from_dict({"translation": translation}, features=features)
+    if documents is None:
+        return Dataset.from_dict({"translation": translation}, features=features)
+    kept_documents = pa.array(documents[np.asarray(pc.invert(empty))])
+    features[DOCUMENT] = datasets.Value("int64")
+    return Dataset.from_dict({"translation": translation, DOCUMENT: kept_documents}, features=features)
 
 
 def _choose_splits(split_names: list[str], dataset_name: str) -> dict[str, str]:

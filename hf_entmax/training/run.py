@@ -53,7 +53,7 @@ from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxVal
 from ..modeling.configuration_adaptive_entmax_marian import position_limit
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .arguments import DataArguments, ModelArguments
-from .data import limit_samples, load_parallel_data, report_truncation
+from .data import load_parallel_data, report_truncation, split_examples
 from .metrics import sacrebleu_signatures, translation_metrics
 from .model_loading import (
     StartingPoint,
@@ -166,9 +166,9 @@ def tokenize_splits(
 
     tokenized = {}
     with training_args.main_process_first(desc="tokenizing"):
-        for split_name, split in raw.items():
-            max_samples, max_target_length = data_args.split_limits(split_name)
-            split = limit_samples(split, max_samples)
+        for split_name in raw:
+            _, max_target_length = data_args.split_limits(split_name)
+            split = split_examples(raw, split_name, data_args)
             tokenized[split_name] = split.map(
                 tokenizer_for(max_target_length),
                 batched=True,
@@ -494,6 +494,13 @@ def run_summary(
             "max_target_length": data_args.max_target_length,
             "val_max_target_length": data_args.val_max_target_length,
             "source_prefix": data_args.source_prefix,
+            "document_context": None
+            if data_args.document_context is None
+            else {
+                "max_sentences": data_args.document_context,
+                "ratio": data_args.document_context_ratio,
+                "document_column": data_args.document_column,
+            },
             "truncated": facts.truncated,
         },
         "framework_versions": framework_versions(),
