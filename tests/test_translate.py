@@ -14,7 +14,7 @@ from huggingface_hub import constants
 from transformers import MarianConfig, MarianMTModel
 
 from hf_entmax.cli import main
-from hf_entmax.commands.translate import load_translation_model, scored_lines, translate_lines
+from hf_entmax.commands.translate import join_paragraphs, load_translation_model, scored_lines, translate_lines
 
 
 SOURCES = SENTENCES[0::2]  # German sentences
@@ -167,6 +167,33 @@ def test_command_writes_the_output_file_and_scores_against_references_as_sacrebl
     assert f"BLEU = {bleu.score:.2f}  nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in printed
     assert f"chrF = {chrf.score:.2f}  nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:" in printed
     assert "(on 6 of 8 lines)" in printed
+
+
+def test_join_paragraphs_keeps_empty_lines_and_joins_each_run_of_lines():
+    assert join_paragraphs(["a", " b ", "", "   ", "c", "d", "e"]) == ["a b", "", "", "c d e"]
+    assert join_paragraphs(["a", "b", "", "c"], ["A", "B", "", "C"]) == ["A B", "", "C"]
+    assert join_paragraphs([]) == []
+
+
+def test_paragraphs_are_translated_as_one_input_each_and_scored_as_one(adaptive, tokenizer, folder, capsys):
+    # Paragraphs of 1, 2 and 3 lines between empty lines; the reference's lines are joined where the input's are.
+    lines = [SOURCES[0], "", SOURCES[1], SOURCES[2], "", "", SOURCES[3], "ein hund", SOURCES[1]]
+    references = [REFERENCES[0], "", REFERENCES[1], REFERENCES[2], "", "", REFERENCES[3], "a dog", REFERENCES[1]]
+    (folder / "document.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "reference.txt").write_text("\n".join(references) + "\n", encoding="utf-8")
+    paragraphs = [SOURCES[0], f"{SOURCES[1]} {SOURCES[2]}", f"{SOURCES[3]} ein hund {SOURCES[1]}"]
+    expected = translate_lines(adaptive, tokenizer, paragraphs, progress=False)
+
+    arguments = ["--model", str(folder / "model"), "--input", str(folder / "document.txt"), "--paragraphs"]
+    arguments += ["--reference", str(folder / "reference.txt"), "--output", str(folder / "out.txt"), "--no-progress"]
+    assert main(["translate", *arguments]) == 0
+    assert (folder / "out.txt").read_text(encoding="utf-8").split("\n") == [
+        expected[0], "", expected[1], "", "", expected[2], ""
+    ]  # fmt: skip
+    joined_references = [REFERENCES[0], f"{REFERENCES[1]} {REFERENCES[2]}", f"{REFERENCES[3]} a dog {REFERENCES[1]}"]
+    bleu = sacrebleu.corpus_bleu(expected, [joined_references])
+    printed = capsys.readouterr().out
+    assert "Wrote 6 lines" in printed and f"BLEU = {bleu.score:.2f}  " in printed and "(on 3 of 6 lines)" in printed
 
 
 def test_lines_empty_on_one_side_only_are_not_scored_and_are_named_in_one_warning(caplog):

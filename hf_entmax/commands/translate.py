@@ -5,6 +5,10 @@ length and batched (little padding), and the translations put back in input orde
 sacreBLEU (BLEU and chrF, with their signatures) against line-aligned references. `--sparsefinder` translates with
 restricted attention at an operating point of `hf-entmax sparsefinder` (see docs/sparsefinder.md).
 
+`--paragraphs` translates each paragraph — consecutive non-empty lines, up to an empty line — as one input: a model
+trained on joined sentences (`hf-entmax train --document_context`) then sees the context of every sentence. Each
+paragraph becomes one output line and the empty lines stay, so the output keeps the document's paragraph structure.
+
 Input longer than the model accepts is truncated to its limit, with one warning listing the lines: a long document
 should not fail hours in because of one over-long line, the output stays line-aligned, and the warning says which
 lines to split.
@@ -82,6 +86,12 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
         "--sparsefinder_predictor",
         default=None,
         help=f"The {PREDICTOR_FILE} to use, or a folder holding one (default: the model folder's).",
+    )
+    parser.add_argument(
+        "--paragraphs",
+        action="store_true",
+        help="Translate each paragraph (consecutive non-empty lines, up to an empty line) as one input, written as "
+        "one line; empty lines stay. With --reference, the reference's lines of each paragraph are joined likewise.",
     )
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=True, help="Show a progress bar (on stderr)."
@@ -336,6 +346,28 @@ def use_operating_point(
         raise HfEntmaxValueError(f"--sparsefinder: {last_line(str(error))}") from None
 
 
+def join_paragraphs(lines: Sequence[str], paragraph_lines: Sequence[str] | None = None) -> list[str]:
+    """Each paragraph of ``lines`` — a run of non-empty lines — as one line of its lines joined with a space, the empty
+    (or whitespace-only) lines kept as ``""``; with ``paragraph_lines`` (as long as ``lines``), the paragraphs are
+    ``lines``' and the text joined is ``paragraph_lines``' (a reference joined where its source is).
+
+    ``["a", "b", "", "c"]`` gives ``["a b", "", "c"]``.
+    """
+    texts = lines if paragraph_lines is None else paragraph_lines
+    joined: list[str] = []
+    in_paragraph = False
+    for line, text in zip(lines, texts, strict=True):
+        if not line.strip():
+            joined.append("")
+            in_paragraph = False
+        elif in_paragraph:
+            joined[-1] = f"{joined[-1]} {text.strip()}".strip()
+        else:
+            joined.append(text.strip())
+            in_paragraph = True
+    return joined
+
+
 def scored_lines(
     sources: Sequence[str], references: Sequence[str], description: str, verb: str = "score"
 ) -> list[int]:
@@ -374,6 +406,13 @@ def run(args: argparse.Namespace) -> int:
         scored = scored_lines(sources, references, f"--input {args.input} / --reference {args.reference}")
     else:
         sources, references, scored = read_lines(args.input, "--input"), None, []
+    if args.paragraphs:
+        # A reference is joined where its source is, so that each paragraph is scored against its own lines.
+        if references is not None:
+            references = join_paragraphs(sources, references)
+        sources = join_paragraphs(sources)
+        if references is not None:
+            scored = [index for index in range(len(sources)) if sources[index] and references[index]]
     # What the command writes must not replace what it reads, nor each other.
     check_output_files(
         {"--input": args.input, "--reference": args.reference},
