@@ -68,9 +68,14 @@ LOGIT_TOLERANCE = 1e-4
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("scaling", "positions"), [(None, "sinusoidal"), ("asentmax", "nape"), (None, "rope")])
-def test_torch_export_of_a_model_with_learned_alpha(scaling, positions):
-    model = tiny_model(init_std=0.5, attention_scaling=scaling, position_embedding_type=positions)
+@pytest.mark.parametrize(
+    ("scaling", "positions", "directions"),
+    [(None, "sinusoidal", "both"), ("asentmax", "nape", "both"), (None, "alibi", "split"), (None, "rope", "both")],
+)
+def test_torch_export_of_a_model_with_learned_alpha(scaling, positions, directions):
+    model = tiny_model(
+        init_std=0.5, attention_scaling=scaling, position_embedding_type=positions, encoder_alibi_directions=directions
+    )
     inputs = model_inputs()
     with torch.no_grad():
         expected = model(**inputs).logits

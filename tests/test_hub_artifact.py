@@ -19,9 +19,13 @@ from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 SOURCES = ["der kleine hund läuft", "zwei katzen schlafen im haus", "ein mann"]
 
 
-@pytest.fixture
-def saved_folder(tmp_path, tokenizer):
-    model = tiny_model(vocab_size=len(tokenizer), init_std=0.5)
+# Marian's positions, and the relative ones whose code is the most of its own (the bias, the split directions).
+@pytest.fixture(
+    params=[{}, {"position_embedding_type": "nape", "encoder_alibi_directions": "split"}],
+    ids=["sinusoidal", "nape-split"],
+)
+def saved_folder(tmp_path, tokenizer, request):
+    model = tiny_model(vocab_size=len(tokenizer), init_std=0.5, **request.param)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

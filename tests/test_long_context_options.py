@@ -122,6 +122,15 @@ def test_a_fresh_run_trains_the_positions_it_is_given_and_says_so_everywhere(tmp
 def test_position_flags_make_a_fresh_models_config(train_tokenizer, flags, positions, theta):
     config = fresh_model(train_tokenizer, *flags).config
     assert (config.position_embedding_type, config.rope_theta) == (positions, theta)
+    assert config.encoder_alibi_directions == "both"
+
+
+def test_split_directions_are_a_fresh_models_choice_and_a_checkpoints_own(nape_folder, train_tokenizer):
+    split = fresh_model(train_tokenizer, "--position_embedding_type", "nape", "--encoder_alibi_directions", "split")
+    assert split.config.encoder_alibi_directions == "split"
+    assert split.model.encoder.layers[0].self_attn.alibi_directions == (-1, 1, 0, 0)
+    with pytest.raises(HfEntmaxValueError, match=r"--encoder_alibi_directions split: .* has .both., which its"):
+        checkpoint_model(nape_folder, train_tokenizer, "--encoder_alibi_directions", "split")
 
 
 def test_a_checkpoint_keeps_its_positions_and_refuses_others(nape_folder, marian_folder, train_tokenizer):
@@ -153,6 +162,11 @@ def test_a_rope_checkpoint_keeps_its_theta(tmp_path, train_tokenizer):
             "--position_embedding_type must be one of sinusoidal, rope, alibi, nape, none, got 'rotary'",
         ),
         (["--rope_theta", "1"], "--rope_theta must be a finite number > 1, got '1'"),
+        (["--encoder_alibi_directions", "left"], "--encoder_alibi_directions must be one of both, split, got 'left'"),
+        (
+            ["--encoder_alibi_directions", "split"],
+            "invalid model settings: `encoder_alibi_directions`='split' splits the heads of ALiBi's distance penalty",
+        ),
         (["--rope_theta", "500"], "--rope_theta applies to RoPE positions, but the model's are sinusoidal"),
         (["--attention_scaling_heads", "half"], "--attention_scaling_heads must be one of all, nope, got 'half'"),
         (

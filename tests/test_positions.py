@@ -19,7 +19,7 @@ from hf_entmax import AdaptiveEntmaxMarianForCausalLM, TranslationPipeline
 from hf_entmax.modeling import entmax as entmax_module
 from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.configuration_adaptive_entmax_marian import check_generation_settings, position_limit
-from hf_entmax.modeling.positions import alibi_slopes, distance_bias, rotate
+from hf_entmax.modeling.positions import alibi_directions, alibi_slopes, distance_bias, rotate
 
 
 RELATIVE = ("rope", "alibi", "nape", "none")
@@ -65,9 +65,28 @@ def test_alibi_and_nape_slopes_and_bias():
     assert not bias[0, 2].any()
 
 
+def test_split_directions_give_each_biased_encoder_head_one_side():
+    assert alibi_directions(alibi_slopes("nape", 4), split=True) == (-1, 1, 0, 0)
+    assert alibi_directions(alibi_slopes("alibi", 4), split=True) == (-1, 1, -1, 1)
+    assert alibi_directions(alibi_slopes("nape", 4), split=False) is None
+    lowest = torch.finfo(torch.float64).min
+    bias = distance_bias((1.0, 0.5, 0.0), 2, 3, 6, torch.float64, "cpu", directions=(-1, 1, 0))
+    assert bias[0, 0, 0].tolist() == [-2.0, -1.0, 0.0, lowest, lowest, lowest]  # keys up to the query
+    assert bias[0, 1, 2].tolist() == [lowest] * 4 + [0.0, -0.5]  # keys from the query on
+    assert not bias[0, 2].any()
+    model = tiny_model(position_embedding_type="nape", encoder_alibi_directions="split")
+    assert model.model.encoder.layers[0].self_attn.alibi_directions == (-1, 1, 0, 0)
+    assert model.model.decoder.layers[0].self_attn.alibi_directions is None  # causal: one side already
+
+
+@pytest.mark.parametrize("directions", ["both", "split"])
 @pytest.mark.parametrize("position_type", ["alibi", "nape"])
-def test_attention_weights_are_entmax_of_the_scores_plus_the_distance_bias(batch, position_type, attention_path):
-    model = tiny_model(init_std=0.5, position_embedding_type=position_type, alpha_init=1.5)
+def test_attention_weights_are_entmax_of_the_scores_plus_the_distance_bias(
+    batch, position_type, directions, attention_path
+):
+    model = tiny_model(
+        init_std=0.5, position_embedding_type=position_type, alpha_init=1.5, encoder_alibi_directions=directions
+    )
     captured = {}
     module = model.model.encoder.layers[0].self_attn
     module.register_forward_hook(lambda mod, args, kwargs, output: captured.update(inputs=kwargs), with_kwargs=True)
@@ -80,7 +99,9 @@ def test_attention_weights_are_entmax_of_the_scores_plus_the_distance_bias(batch
     query = module.q_proj(states).view(split).transpose(1, 2) * 8**-0.5
     key = module.k_proj(states).view(split).transpose(1, 2)
     scores = (query @ key.transpose(-1, -2)).double()
-    scores = scores + distance_bias(alibi_slopes(position_type, 4), 0, length, length, torch.float64, "cpu")
+    slopes = alibi_slopes(position_type, 4)
+    sides = alibi_directions(slopes, split=directions == "split")
+    scores = scores + distance_bias(slopes, 0, length, length, torch.float64, "cpu", directions=sides)
     padding = (batch["attention_mask"] == 0)[:, None, None, :]
     expected = entmax_module.entmax(scores.masked_fill(padding, float("-inf")), 1.5, dim=-1)
     torch.testing.assert_close(out.encoder_attentions[0].double(), expected, atol=1e-5, rtol=1e-5)
@@ -253,6 +274,10 @@ def test_position_settings_are_checked_when_the_config_is_made():
         tiny_config(position_embedding_type="rope", d_model=36, encoder_attention_heads=4, decoder_attention_heads=4)
     with pytest.raises(StrictDataclassError, match="at least 2 heads"):
         tiny_config(position_embedding_type="nape", encoder_attention_heads=1)
+    with pytest.raises(StrictDataclassError, match="`encoder_alibi_directions` must be one of 'both', 'split'"):
+        tiny_config(position_embedding_type="nape", encoder_alibi_directions="left")
+    with pytest.raises(StrictDataclassError, match="position_embedding_type 'rope' does not have: use 'alibi'"):
+        tiny_config(position_embedding_type="rope", encoder_alibi_directions="split")
 
 
 @pytest.mark.slow
@@ -366,17 +391,30 @@ def test_sparsefinder_collects_the_queries_and_keys_attention_sees(tokenizer, mo
         torch.testing.assert_close(batch.key, key.float())
 
 
-@pytest.mark.parametrize("position_type", ["nape", "alibi", "rope", "sinusoidal"])
-def test_distance_only_positions_leave_the_encoder_blind_to_direction(position_type):
+@pytest.mark.parametrize(
+    ("position_type", "directions"),
+    [
+        ("nape", "both"),
+        ("alibi", "both"),
+        ("nape", "split"),
+        ("alibi", "split"),
+        ("rope", "both"),
+        ("sinusoidal", "both"),
+    ],
+)
+def test_distance_only_positions_leave_the_encoder_blind_to_direction(position_type, directions):
     """docs/model.md's warning, kept true: with a bias of |i − j| alone (ALiBi, NAPE) a source and its mirror image
-    (end-of-sentence token mirrored too) give the same outputs; RoPE and sinusoidal positions tell them apart."""
-    model = tiny_model(vocab_size=64, init_std=0.5, position_embedding_type=position_type)
+    (end-of-sentence token mirrored too) give the same outputs; split directions, RoPE and sinusoidal positions tell
+    them apart."""
+    model = tiny_model(
+        vocab_size=64, init_std=0.5, position_embedding_type=position_type, encoder_alibi_directions=directions
+    )
     source = torch.tensor([[5, 6, 7, 8, 9, 10, EOS]])
     decoder_input_ids = torch.tensor([[PAD, 11, 12, 13]])
     with torch.no_grad():
         logits = model(input_ids=source, decoder_input_ids=decoder_input_ids).logits
         mirrored = model(input_ids=source.flip(-1), decoder_input_ids=decoder_input_ids).logits
-    if position_type in ("nape", "alibi"):
+    if position_type in ("nape", "alibi") and directions == "both":
         # The same sums in another order: float32 rounding of logits of size ~10.
         torch.testing.assert_close(mirrored, logits, rtol=0, atol=1e-4)
     else:

@@ -34,6 +34,8 @@ def describe_positions(config: PreTrainedConfig) -> str:
         "no position on the other half",
         "none": "none: no position term (a causal decoder still tells tokens apart by how many precede them)",
     }[kind]
+    if getattr(config, "encoder_alibi_directions", "both") == "split":
+        what += "; the encoder's biased heads see the keys up to the query and from it in turn (split directions)"
     limit = position_limit(config)
     if limit is not None:
         return f"{what}; inputs of up to {limit} tokens (max_position_embeddings)"

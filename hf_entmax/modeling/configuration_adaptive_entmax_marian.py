@@ -232,6 +232,8 @@ class ScalingOptions:
 # added to the embeddings, and a position past the table (max_position_embeddings) does not exist; the others act in
 # the attention scores and depend only on the distance between query and key, so they take inputs of any length.
 POSITION_TYPES = ("sinusoidal", "rope", "alibi", "nape", "none")
+# How the encoder's distance-biased heads see the keys (`PositionOptions.encoder_alibi_directions`).
+ALIBI_DIRECTIONS = ("both", "split")
 
 
 @dataclass
@@ -258,6 +260,13 @@ class PositionOptions:
         "the heads, no position on the others) or 'none'. All but 'sinusoidal' take inputs of any length.",
     )
     rope_theta: float | int = _option(10000.0, "Base of RoPE's rotation frequencies (position_embedding_type='rope').")
+    encoder_alibi_directions: str = _option(
+        "both",
+        "How the encoder's ALiBi/NAPE heads see the keys: 'both' (the penalty -slope * |i - j| on either side alike, "
+        "which leaves the encoder unable to tell a sentence from its mirror image) or 'split' (the biased heads "
+        "alternate between the keys up to the query and the keys from it, so the encoder knows left from right). "
+        "Only with position_embedding_type 'alibi' or 'nape'.",
+    )
 
     def validate_positions(self):
         """Part of the config's `@strict` validation: a known position type, and what it needs.
@@ -273,6 +282,17 @@ class PositionOptions:
         theta = self.rope_theta
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1.0 < theta < float("inf"):
             raise ValueError(f"`rope_theta` must be a finite number > 1, got {theta!r}")
+        directions = self.encoder_alibi_directions
+        if directions not in ALIBI_DIRECTIONS:
+            raise ValueError(
+                f"`encoder_alibi_directions` must be one of {', '.join(map(repr, ALIBI_DIRECTIONS))}, "
+                f"got {directions!r}"
+            )
+        if directions == "split" and kind not in ("alibi", "nape"):
+            raise ValueError(
+                f"`encoder_alibi_directions`='split' splits the heads of ALiBi's distance penalty, which "
+                f"position_embedding_type {kind!r} does not have: use 'alibi' or 'nape', or 'both'"
+            )
         if kind == "rope":
             for name in ("encoder_attention_heads", "decoder_attention_heads"):
                 heads = getattr(self, name, None)

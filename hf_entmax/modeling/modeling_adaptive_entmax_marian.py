@@ -63,7 +63,7 @@ from .configuration_adaptive_entmax_marian import (
     position_limit,
 )
 from .entmax import entmax, is_masked, native_entmax_attention
-from .positions import alibi_slopes, distance_bias, rotate
+from .positions import alibi_directions, alibi_slopes, distance_bias, rotate
 from .sparsefinder_attention import (
     OperatingPoint,
     PredictedSparsity,
@@ -275,6 +275,8 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         self.position_type = "none" if attention_type == "cross" else config.position_embedding_type
         self.rope_theta = float(config.rope_theta)
         self.alibi_slopes = alibi_slopes(self.position_type, num_heads)
+        split = attention_type == "encoder_self" and config.encoder_alibi_directions == "split"
+        self.alibi_directions = alibi_directions(self.alibi_slopes, split)
         # Query scaling (`query_scale`): ASEntmax's learned temperature (β, γ per head, or from each token), SSMax's
         # s · log n, or softmax_matched's n^(1−α); under NAPE by default on the heads without ALiBi's bias only.
         self.scaling_method = config.scaling_method(attention_type)
@@ -454,7 +456,9 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         ``query_start`` on, or None for positions without one (`positions.distance_bias`)."""
         if self.alibi_slopes is None:
             return None
-        return distance_bias(self.alibi_slopes, query_start, query_len, key_len, dtype, device)
+        return distance_bias(
+            self.alibi_slopes, query_start, query_len, key_len, dtype, device, directions=self.alibi_directions
+        )
 
 
 class AdaptiveEntmaxMarianEncoderLayer(MarianEncoderLayer):

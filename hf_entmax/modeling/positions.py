@@ -11,6 +11,11 @@ between a query and a key, so they apply at any length (`PositionOptions` in the
   1, 1/2, …, 1/(H/2), and no position at all on the other half ("NoPE" heads), which a causal decoder tells apart by
   how many tokens precede them.
 
+In an encoder, ``|i − j|`` is the same to the left and the right, and with position-free heads and cross-attention
+the whole encoder–decoder cannot tell a sentence from its mirror image (only the distance to ``</s>`` differs). Split
+directions give each biased encoder head one side: the heads alternate between the keys up to the query (j ≤ i) and
+the keys from it (j ≥ i), as the two directions of a bidirectional RNN do.
+
 A position is the index of a token in its sequence, counting the tokens already in the cache while decoding. Padding
 on the left (batched generation of a decoder-only model) shifts every position of a row by the same amount, which
 changes neither a distance nor a rotated product.
@@ -35,11 +40,30 @@ def alibi_slopes(position_type: str, num_heads: int) -> tuple[float, ...] | None
     return None
 
 
+def alibi_directions(slopes: tuple[float, ...] | None, split: bool) -> tuple[int, ...] | None:
+    """The side of the keys each head sees with split directions: −1 (keys up to the query) and +1 (keys from it) in
+    turn over the heads with a slope, 0 (both sides) for heads without one; None where directions are not split."""
+    if slopes is None or not split:
+        return None
+    directions, side = [], -1
+    for slope in slopes:
+        directions.append(side if slope > 0.0 else 0)
+        side = -side if slope > 0.0 else side
+    return tuple(directions)
+
+
 def distance_bias(
-    slopes: tuple[float, ...], query_start: int | torch.Tensor, query_len: int, key_len: int, dtype, device
+    slopes: tuple[float, ...],
+    query_start: int | torch.Tensor,
+    query_len: int,
+    key_len: int,
+    dtype,
+    device,
+    directions: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """ALiBi's bias ``−slope_h · |i − j|`` for queries at positions ``query_start … query_start + query_len − 1`` and
-    keys at ``0 … key_len − 1``.
+    keys at ``0 … key_len − 1``, and with ``directions`` (`alibi_directions`) the other side of each one-sided head
+    masked (the dtype's lowest value, as Marian's masks).
 
     The same formula serves the encoder (keys on both sides) and a causal decoder, where the keys after a query are
     masked anyway: there it is ALiBi's ``slope_h · (j − i)``.
@@ -49,8 +73,13 @@ def distance_bias(
     """
     query_positions = torch.arange(query_len, device=device) + query_start
     key_positions = torch.arange(key_len, device=device)
-    distance = (key_positions[None, :] - query_positions[:, None]).abs().to(dtype)  # (Lq, Lk)
-    return -torch.tensor(slopes, dtype=dtype, device=device).view(1, -1, 1, 1) * distance
+    offset = key_positions[None, :] - query_positions[:, None]  # (Lq, Lk): j − i
+    bias = -torch.tensor(slopes, dtype=dtype, device=device).view(1, -1, 1, 1) * offset.abs().to(dtype)
+    if directions is None:
+        return bias
+    side = torch.tensor(directions, device=device).view(1, -1, 1, 1)
+    other_side = ((side < 0) & (offset > 0)) | ((side > 0) & (offset < 0))  # (1, heads, Lq, Lk)
+    return bias.masked_fill(other_side, torch.finfo(dtype).min)
 
 
 def rotate(states: torch.Tensor, query_start: int | torch.Tensor, theta: float) -> torch.Tensor:
@@ -77,4 +106,4 @@ def rotate(states: torch.Tensor, query_start: int | torch.Tensor, theta: float) 
     return rotated.to(states.dtype)
 
 
-__all__ = ["alibi_slopes", "distance_bias", "rotate"]
+__all__ = ["alibi_directions", "alibi_slopes", "distance_bias", "rotate"]

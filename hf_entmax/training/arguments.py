@@ -14,6 +14,7 @@ from transformers.hf_argparser import string_to_bool
 
 from ..errors import HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import (
+    ALIBI_DIRECTIONS,
     POSITION_TYPES,
     SCALED_HEADS,
     SCALING_METHODS,
@@ -178,6 +179,8 @@ def given_attention_options(
             value = parse_finite_number(value, flag, 0.0)
         elif option.name == "position_embedding_type":
             value = parse_choice(value, POSITION_TYPES, flag)
+        elif option.name == "encoder_alibi_directions":
+            value = parse_choice(value, ALIBI_DIRECTIONS, flag)
         elif option.name == "rope_theta":
             value = parse_finite_number(value, flag, 1.0, strictly_above=True)
         elif not isinstance(value, bool):

@@ -144,8 +144,8 @@ def resolve_position_options(start: StartingPoint, given: dict[str, object]) -> 
     checkpoint's own.
 
     Raises:
-        HfEntmaxValueError: a flag asking a checkpoint for other positions than its weights were trained with, or
-            ``--rope_theta`` for positions other than RoPE (it would be ignored).
+        HfEntmaxValueError: a flag asking a checkpoint for other positions (type, θ, encoder directions) than its
+            weights were trained with, or ``--rope_theta`` for positions other than RoPE (it would be ignored).
     """
     defaults = {option: getattr(PositionOptions, option) for option in POSITION_OPTION_NAMES}
     if start.kind == "fresh":
@@ -169,6 +169,12 @@ def resolve_position_options(start: StartingPoint, given: dict[str, object]) -> 
         raise HfEntmaxValueError(
             f"--rope_theta {given['rope_theta']:g}: --model_name_or_path {start.name} rotates with θ = "
             f"{options['rope_theta']:g}, which its weights were trained with; leave the flag out"
+        )
+    directions = options["encoder_alibi_directions"]
+    if given.get("encoder_alibi_directions", directions) != directions:
+        raise HfEntmaxValueError(
+            f"--encoder_alibi_directions {given['encoder_alibi_directions']}: --model_name_or_path {start.name} has "
+            f"{directions!r}, which its weights were trained with; leave the flag out"
         )
     return options
 
