@@ -1,14 +1,19 @@
 """Translation of inputs longer than training: softmax vs adaptive α-entmax vs ASEntmax, on joined Multi30k sentences.
 
     python benchmarks/bench_length_translation.py --data_dir ../shared/data/multi30k [--direction de-en]
-        [--variants softmax adaptive asentmax] [--seeds 0 1 2] [--max_steps 1200] [--joins 1 2 4 8]
-        [--runs_dir benchmarks/outputs/quality] [--markdown docs/benchmarks.md]
+        [--variants softmax adaptive asentmax] [--positions sinusoidal nape-split] [--document_context 1 3]
+        [--seeds 0 1 2] [--max_steps 1200] [--joins 1 2 4 8] [--runs_dir benchmarks/outputs/quality]
+        [--markdown docs/benchmarks.md]
 
 1. Training. Each variant and seed is one run of `benchmarks/bench_quality.py` (called as a command): `hf-entmax
    train` with the `small` preset, its default recipe, ``--max_steps`` × batch ``--batch_size`` on Multi30k sentence
    pairs, and only the flags that define the variant: `softmax` (α = 1 fixed) and `adaptive` (learned α and
    softmax-matched queries, the defaults) as bench_quality defines them, and `asentmax` = `adaptive` with
-   ``--attention_scaling asentmax`` in place of the softmax-matched queries. Runs
+   ``--attention_scaling asentmax`` in place of the softmax-matched queries. Each variant is trained with every
+   ``--positions`` (`POSITIONS`: sinusoidal, the default; rope; nape; nape-split and alibi-split, ALiBi's
+   encoder heads given one side each) and every ``--document_context`` N (1: sentences only, the default; N > 1:
+   `hf-entmax train --document_context N`, which adds examples of 2 … N consecutive training pairs joined); a run's
+   name adds ``+POSITIONS`` and ``+docN`` to the variant's where they are not the defaults. Runs
    already finished in ``--runs_dir`` are read, not repeated; the default is bench_quality's own folder, so its
    softmax and adaptive runs of the same steps and seeds serve both benchmarks. A reused run is checked: its
    attention settings, steps, batch size and seed must be this benchmark's.
@@ -43,10 +48,11 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from bench_quality import VARIANTS as QUALITY_VARIANTS
-from bench_quality import mean_and_spread
+from bench_quality import mean_and_spread, mean_difference
 from runs import MULTI30K_TEST, benchmark_log, joined_lines, run
 from tables import write_tables
 
@@ -56,6 +62,14 @@ from hf_entmax.modeling.configuration_adaptive_entmax_marian import position_lim
 
 
 TABLE = "length-translation"
+# Position options a run can be trained with (`hf-entmax train` flags), by the name the run's name carries.
+POSITIONS = {
+    "sinusoidal": [],
+    "rope": ["--position_embedding_type", "rope"],
+    "nape": ["--position_embedding_type", "nape"],
+    "nape-split": ["--position_embedding_type", "nape", "--encoder_alibi_directions", "split"],
+    "alibi-split": ["--position_embedding_type", "alibi", "--encoder_alibi_directions", "split"],
+}
 VARIANTS = {
     "softmax": QUALITY_VARIANTS["softmax"],
     "adaptive": QUALITY_VARIANTS["adaptive"],
@@ -69,41 +83,89 @@ EXPECTED_CONFIG = {
 }
 
 
-def train_runs(arguments: argparse.Namespace, log) -> dict[tuple[str, int], Path]:
-    """Train the runs not finished yet (through bench_quality.py); return each (variant, seed)'s run folder."""
+class RunSpec(NamedTuple):
+    """One model of the comparison: its attention variant, positions and training data, and the run's name."""
+
+    variant: str
+    positions: str
+    document_context: int  # the most training pairs joined into one example; 1: sentences only
+
+    @property
+    def name(self) -> str:
+        suffixes = ([] if self.positions == "sinusoidal" else [self.positions]) + (
+            [] if self.document_context == 1 else [f"doc{self.document_context}"]
+        )
+        return "+".join([self.variant, *suffixes])
+
+    @property
+    def flags(self) -> list[str]:
+        documents = [] if self.document_context == 1 else ["--document_context", str(self.document_context)]
+        return [*VARIANTS[self.variant], *POSITIONS[self.positions], *documents]
+
+
+def run_specs(arguments: argparse.Namespace) -> list[RunSpec]:
+    """Every variant with every position option and training data asked for, in that order."""
+    return [
+        RunSpec(variant, positions, context)
+        for variant in arguments.variants
+        for positions in arguments.positions
+        for context in arguments.document_context
+    ]
+
+
+def train_runs(arguments: argparse.Namespace, log) -> dict[tuple[RunSpec, int], Path]:
+    """Train the runs not finished yet (through bench_quality.py); return each (run, seed)'s folder."""
     direction = f"{arguments.source}-{arguments.target}"
     runs_dir = Path(arguments.runs_dir)
+    specs = run_specs(arguments)
     folders = {
-        (variant, seed): runs_dir / f"{arguments.max_steps}-steps" / direction / variant / f"seed{seed}"
-        for variant in arguments.variants
+        (spec, seed): runs_dir / f"{arguments.max_steps}-steps" / direction / spec.name / f"seed{seed}"
+        for spec in specs
         for seed in arguments.seeds
     }
     if any(not (folder / "training_summary.json").exists() for folder in folders.values()):
         command = [sys.executable, str(Path(__file__).with_name("bench_quality.py")), "--data_dir", arguments.data_dir]
-        command += ["--output_dir", str(runs_dir), "--directions", direction, "--variants", *arguments.variants]
-        command += ["--variant", f"asentmax={shlex.join(VARIANTS['asentmax'])}", "--seeds", *map(str, arguments.seeds)]
+        command += ["--output_dir", str(runs_dir), "--directions", direction]
+        command += ["--variants", *(spec.name for spec in specs)]
+        for spec in specs:
+            command += ["--variant", f"{spec.name}={shlex.join(spec.flags)}"]
+        command += ["--seeds", *map(str, arguments.seeds)]
         command += ["--max_steps", str(arguments.max_steps), "--batch_size", str(arguments.batch_size)]
         command += ["--table", TABLE, "--extra", arguments.extra]
         log(f"training the missing runs in {runs_dir}")
         run(command, Path(arguments.output_dir) / "commands.log")
-    for (variant, seed), folder in folders.items():
-        check_run(folder, variant, seed, arguments)
+    for (spec, seed), folder in folders.items():
+        check_run(folder, spec, seed, arguments)
     return folders
 
 
-def check_run(folder: Path, variant: str, seed: int, arguments: argparse.Namespace) -> None:
-    """Stop if a finished run in ``folder`` is not the variant, steps, batch size and seed it is taken for."""
+def check_run(folder: Path, spec: RunSpec, seed: int, arguments: argparse.Namespace) -> None:
+    """Stop if a finished run in ``folder`` is not the variant, positions, training data, steps, batch size and seed
+    it is taken for."""
     config = json.loads((folder / "config.json").read_text())
-    settings = json.loads((folder / "training_summary.json").read_text())["hyperparameters"]
-    found = {key: config.get(key) for key in EXPECTED_CONFIG[variant]}
+    summary = json.loads((folder / "training_summary.json").read_text())
+    settings = summary["hyperparameters"]
+    documents = summary["preprocessing"].get("document_context")
+    position_flags = dict(zip(POSITIONS[spec.positions][::2], POSITIONS[spec.positions][1::2], strict=True))
+    # A config saved before a position option existed has the option's default.
+    position_defaults = {"position_embedding_type": "sinusoidal", "encoder_alibi_directions": "both"}
+    expected_positions = {key: position_flags.get(f"--{key}", value) for key, value in position_defaults.items()}
+    found = {key: config.get(key) for key in EXPECTED_CONFIG[spec.variant]}
+    found |= {key: config.get(key, value) for key, value in position_defaults.items()}
     found |= {key: settings.get(key) for key in ("max_steps", "per_device_train_batch_size", "seed")}
-    expected = EXPECTED_CONFIG[variant] | {
-        "max_steps": arguments.max_steps,
-        "per_device_train_batch_size": arguments.batch_size,
-        "seed": seed,
-    }
+    found["document_context"] = documents["max_sentences"] if documents else 1
+    expected = (
+        EXPECTED_CONFIG[spec.variant]
+        | expected_positions
+        | {
+            "max_steps": arguments.max_steps,
+            "per_device_train_batch_size": arguments.batch_size,
+            "seed": seed,
+            "document_context": spec.document_context,
+        }
+    )
     if found != expected:
-        sys.exit(f"{folder} is not the {variant} run this benchmark needs: it has {found}, expected {expected}")
+        sys.exit(f"{folder} is not the {spec.name} run this benchmark needs: it has {found}, expected {expected}")
 
 
 def read_lines(path: Path, count: int | None) -> list[str]:
@@ -178,42 +240,47 @@ def score_of(metrics: dict, name: str) -> float:
 
 
 def table(scores: dict, inputs: dict, tokens: dict, arguments: argparse.Namespace) -> str:
-    """BLEU and chrF per k (rows) and variant (columns), mean ± standard deviation over seeds, and each variant's
-    output length against the references'."""
-    variants = arguments.variants
-    header = " | ".join(f"{variant} BLEU | {variant} chrF" for variant in variants)
-    compare = "softmax" in variants and "asentmax" in variants
+    """One row per k and run: BLEU and chrF, mean ± standard deviation over seeds; the BLEU difference to softmax of
+    the same positions and training data, seed by seed (where softmax is among the variants); and the output's words
+    over the references'."""
+    specs = run_specs(arguments)
     lines = [
-        f"| k | inputs | source tokens, mean (max) | {header} |{' ASEntmax − softmax BLEU |' if compare else ''} "
-        f"output / reference words ({' / '.join(variants)}) |",
-        f"| ---: | ---: | ---: | {' | '.join('---: | ---:' for _ in variants)} |{' ---: |' if compare else ''} ---: |",
+        "| k | inputs | source tokens, mean (max) | model | BLEU | chrF | − softmax BLEU | output / reference words |",
+        "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for k in arguments.joins:
-        cells = []
-        for variant in variants:
-            for name in ("BLEU", "chrF"):
-                cells.append(mean_and_spread([score_of(scores[variant, seed, k], name) for seed in arguments.seeds]))
-        row = f"| {k} | {inputs[k]['lines']} | {tokens[k]['mean']:.0f} ({tokens[k]['max']}) | {' | '.join(cells)} |"
-        if compare:
-            difference = statistics.mean(
-                score_of(scores["asentmax", seed, k], "BLEU") - score_of(scores["softmax", seed, k], "BLEU")
-                for seed in arguments.seeds
+        for spec in specs:
+            bleu, chrf = (
+                mean_and_spread([score_of(scores[spec.name, seed, k], name) for seed in arguments.seeds])
+                for name in ("BLEU", "chrF")
             )
-            row += f" {difference:+.2f} |"
-        ratios = [
-            statistics.mean(scores[variant, seed, k]["length_ratio"] for seed in arguments.seeds)
-            for variant in variants
-        ]
-        lines.append(row + f" {' / '.join(f'{ratio:.2f}' for ratio in ratios)} |")
-    signature = scores[variants[0], arguments.seeds[0], arguments.joins[0]]["bleu_signature"]
+            baseline = spec._replace(variant="softmax")
+            difference = "–"
+            if spec.variant != "softmax" and baseline in specs:
+                difference = mean_difference(
+                    [
+                        score_of(scores[spec.name, seed, k], "BLEU") - score_of(scores[baseline.name, seed, k], "BLEU")
+                        for seed in arguments.seeds
+                    ]
+                )
+            ratio = statistics.mean(scores[spec.name, seed, k]["length_ratio"] for seed in arguments.seeds)
+            lines.append(
+                f"| {k} | {inputs[k]['lines']} | {tokens[k]['mean']:.0f} ({tokens[k]['max']}) | {spec.name} | {bleu} "
+                f"| {chrf} | {difference} | {ratio:.2f} |"
+            )
+    signature = scores[specs[0].name, arguments.seeds[0], arguments.joins[0]]["bleu_signature"]
+    documents = [context for context in arguments.document_context if context > 1]
     lines += [
         "",
         f"{arguments.source}→{arguments.target}, `{MULTI30K_TEST}` cut into groups of k consecutive sentences "
         f"(sources and references joined with a space); `small` preset, {arguments.max_steps} steps × batch "
         f"{arguments.batch_size}, default recipe; seeds {' '.join(map(str, arguments.seeds))} (mean ± standard "
-        f"deviation); beam 4, at most k × {arguments.max_new_tokens_per_join} new tokens. Longest training source: "
-        f"{tokens['training']['max']} tokens (99% ≤ {tokens['training']['p99']}); Marian's sinusoidal positions "
-        f"beyond that were never seen in training. sacreBLEU {signature}.",
+        f"deviation; − softmax: mean ± standard error of the paired differences); beam 4, at most k × "
+        f"{arguments.max_new_tokens_per_join} new tokens. A run's name: its attention variant, `+positions` where not "
+        f"sinusoidal, `+docN` where trained with `--document_context N`"
+        + (f" (also on joined training examples of up to {max(documents)} sentences)" if documents else "")
+        + f". Longest training sentence: {tokens['training']['max']} source tokens (99% ≤ "
+        f"{tokens['training']['p99']}). sacreBLEU {signature}.",
     ]
     return "\n".join(lines)
 
@@ -227,6 +294,14 @@ def main() -> None:
     )
     parser.add_argument("--direction", default="de-en", help="source-target, e.g. de-en")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--positions", nargs="+", choices=list(POSITIONS), default=["sinusoidal"])
+    parser.add_argument(
+        "--document_context",
+        nargs="+",
+        type=int,
+        default=[1],
+        help="train each model on sentences (1) and/or with `--document_context N` (N > 1)",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--max_steps", type=int, default=1200)
     parser.add_argument("--batch_size", type=int, default=64)
@@ -242,6 +317,8 @@ def main() -> None:
         parser.error(f"--direction must be source-target, e.g. de-en; got {arguments.direction!r}")
     if min(arguments.joins) < 1 or (arguments.test_sentences is not None and arguments.test_sentences < 1):
         parser.error("--joins and --test_sentences must be positive integers")
+    if min(arguments.document_context) < 1:
+        parser.error("--document_context must be 1 (sentences only) or more sentences joined")
     if arguments.test_sentences is not None and max(arguments.joins) > arguments.test_sentences:
         parser.error(f"--joins {max(arguments.joins)} needs at least that many --test_sentences")
 
@@ -252,13 +329,13 @@ def main() -> None:
         folders = train_runs(arguments, log)
         sentences, inputs = joined_inputs(arguments)
         scores = {}
-        for (variant, seed), folder in folders.items():
+        for (spec, seed), folder in folders.items():
             target = out / "translations" / folder.relative_to(arguments.runs_dir) / f"{sentences}-sentences"
             for k, files in inputs.items():
-                scores[variant, seed, k] = translate(folder, k, files, arguments, target)
+                metrics = scores[spec.name, seed, k] = translate(folder, k, files, arguments, target)
                 log(
-                    f"{variant} seed {seed} k={k}: BLEU {score_of(scores[variant, seed, k], 'BLEU'):.2f}, "
-                    f"chrF {score_of(scores[variant, seed, k], 'chrF'):.2f}"
+                    f"{spec.name} seed {seed} k={k}: BLEU {score_of(metrics, 'BLEU'):.2f}, "
+                    f"chrF {score_of(metrics, 'chrF'):.2f}, length ratio {metrics['length_ratio']:.2f}"
                 )
         train_source = Path(arguments.data_dir) / f"train.{arguments.source}"
         tokens = source_token_counts(next(iter(folders.values())), inputs, train_source)
