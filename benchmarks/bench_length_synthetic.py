@@ -35,6 +35,8 @@ more keys than in training (the dispersion that α-entmax and ASEntmax address).
 
 - `rope`, `alibi`, `nape`: the model's relative positions (`position_embedding_type`, docs/model.md "Positions"):
   self-attention sees distances only, so no test position is new; cross-attention has no position term.
+- `alibi-split`, `nape-split`: the same with ``encoder_alibi_directions="split"``, the encoder's biased heads seeing
+  one side each, so that the encoder tells a string from its reverse (with `alibi`/`nape` it cannot).
 
 `plain` and `offset` run by default, and the table has a row for each positions option run. The position table holds
 ``max(test_multiples) × train_length + 2`` positions (the longest test string, its `</s>` and the decoder's start).
@@ -80,7 +82,7 @@ VARIANTS: dict[str, dict] = {
 # Marian's sinusoidal table, from 0 or shifted in training (`ShiftedPositions`), or a relative position type of the
 # config (`PositionOptions`), which has no table to outgrow.
 SINUSOIDAL_POSITIONS = ("plain", "offset")
-POSITIONS = (*SINUSOIDAL_POSITIONS, "rope", "alibi", "nape")
+POSITIONS = (*SINUSOIDAL_POSITIONS, "rope", "alibi", "nape", "alibi-split", "nape-split")
 
 
 def make_batch(task: str, lengths: list[int], symbols: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -138,7 +140,8 @@ def build_model(
         decoder_start_token_id=PAD,
         forced_eos_token_id=None,
         scale_embedding=True,
-        position_embedding_type="sinusoidal" if sinusoidal else positions,
+        position_embedding_type="sinusoidal" if sinusoidal else positions.removesuffix("-split"),
+        encoder_alibi_directions="split" if positions.endswith("-split") else "both",
         **VARIANTS[variant],
     )
     model = AdaptiveEntmaxMarianMTModel(config)
@@ -287,7 +290,8 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
         f"{arguments.heads} heads, dropout {arguments.dropout}. Positions: `plain` = Marian's sinusoidal positions "
         "from 0, so tests beyond 1× read positions never seen in training; `offset` = training batches shifted by a "
         "random position offset, so every test position was seen in training and only the length is new; `rope`, "
-        "`alibi`, `nape`: the config's relative positions (`position_embedding_type`), which no length outgrows.",
+        "`alibi`, `nape`: the config's relative positions (`position_embedding_type`), which no length outgrows; "
+        "`-split`: the encoder's biased heads see one side each (`encoder_alibi_directions`).",
     ]
     return "\n".join(lines)
 
