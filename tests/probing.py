@@ -69,7 +69,7 @@ ITEMS = {
     14: "The Python API as strict as the CLI",
     15: "Attention weights keep their gradient",
     # After the third pass: the entry points added since.
-    16: "align, translate --paragraphs, train --document_context",
+    16: "Entry points added since: align, --paragraphs, --document_context, decoder-only folders",
 }
 MAPPING_TESTS = "tests/test_entmax.py and tests/test_kernels.py"
 

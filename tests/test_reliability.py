@@ -19,11 +19,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import probes_alignment_documents  # noqa: F401  (the later probes register themselves on import)
 import probes_api  # noqa: F401  (the third pass's probes register themselves on import)
 import probes_data  # noqa: F401
 import probes_faults  # noqa: F401
 import probes_leaks  # noqa: F401
+import probes_new_entry_points  # noqa: F401  (the entry points added since)
 import probes_outputs  # noqa: F401
 import pytest
 import torch

@@ -77,8 +77,8 @@ def check_model_folder(folder: Path, name: str, model_types: Sequence[str]) -> d
 
     Raises:
         HfEntmaxFileNotFoundError: If the folder or its config.json does not exist.
-        HfEntmaxValueError: If config.json is not valid JSON, or the folder holds another kind of model, no
-            safetensors weights or two sets of them.
+        HfEntmaxValueError: If config.json is not valid JSON, or the folder holds another kind of model (a
+            decoder-only one included), no safetensors weights or two sets of them.
     """
     if not folder.is_dir():
         raise HfEntmaxFileNotFoundError(f"{name}: no such folder")
@@ -89,6 +89,13 @@ def check_model_folder(folder: Path, name: str, model_types: Sequence[str]) -> d
         article = "an" if expected[0] in "AEIOU" else "a"
         advice = ": convert it with `hf-entmax convert`" if model_type == "marian" else ""
         raise HfEntmaxValueError(f"{name} holds a {model_type!r} model; expected {article} {expected} model{advice}")
+    if config.get("is_encoder_decoder") is False:
+        # AdaptiveEntmaxMarianForCausalLM shares the config class (and model_type) of the translation model.
+        architecture = ", ".join(config.get("architectures") or ["a decoder stack"])
+        raise HfEntmaxValueError(
+            f"{name} holds a decoder-only model ({architecture}); this command takes an encoder–decoder (translation) "
+            "model: load a decoder-only one with AutoModelForCausalLM"
+        )
     check_safetensors_weights(folder, name)
     return config
 

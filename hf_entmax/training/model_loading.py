@@ -67,7 +67,8 @@ def read_starting_point(model_name_or_path: str | None) -> StartingPoint:
 
     Raises:
         HfEntmaxFileNotFoundError: a local path that does not exist or holds no config.json.
-        HfEntmaxValueError: an unreadable config.json, or a model that is neither Marian nor AdaptiveEntmaxMarian.
+        HfEntmaxValueError: an unreadable config.json, or a model that is neither Marian nor AdaptiveEntmaxMarian, or a
+            decoder-only one.
         HfEntmaxError: a Hub id that cannot be fetched (offline, unknown).
     """
     if model_name_or_path is None:
@@ -97,6 +98,12 @@ def read_starting_point(model_name_or_path: str | None) -> StartingPoint:
         raise HfEntmaxValueError(
             f"{flag} is a {config.model_type!r} model; hf-entmax trains AdaptiveEntmaxMarian models and starts from "
             "their own or MarianMT checkpoints"
+        )
+    if not config.is_encoder_decoder:  # AdaptiveEntmaxMarianForCausalLM shares the config class
+        architecture = ", ".join(config.architectures or ["a decoder stack"])
+        raise HfEntmaxValueError(
+            f"{flag} is a decoder-only model ({architecture}); hf-entmax train trains translation (encoder–decoder) "
+            "models"
         )
     kind = "marian" if config.model_type == "marian" else "adaptive_entmax_marian"
     return StartingPoint(kind, model_name_or_path, config)

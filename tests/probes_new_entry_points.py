@@ -1,12 +1,14 @@
 """Reliability probes of item 16 (the entry points added after the third pass: `hf-entmax align`, `translate
---paragraphs`, `train --document_context`); registered on import by tests/test_reliability.py."""
+--paragraphs`, `train --document_context`, and decoder-only model folders, which the translation commands must
+refuse); registered on import by tests/test_reliability.py."""
 
 from pathlib import Path
 
-from helpers import SENTENCES
+from helpers import SENTENCES, tiny_config
 from probes_api import _edit_weights, _nan_alpha
 from probing import DOCUMENTED, api, cli, documented, probe, run_command
 
+from hf_entmax import AdaptiveEntmaxMarianForCausalLM
 from hf_entmax.training.arguments import DataArguments
 
 
@@ -115,3 +117,38 @@ def probe_train_document_column_with_local_files(bench):
 def probe_data_arguments_document_context_ratio_above_one(bench):
     """DataArguments(document_context=2, document_context_ratio=2.0)"""
     return api(lambda: DataArguments(document_context=2, document_context_ratio=2.0), "--document_context_ratio")
+
+
+def _decoder_only_folder(bench) -> Path:
+    """A tiny AdaptiveEntmaxMarianForCausalLM folder with the workbench's tokenizer."""
+    folder = bench.folder("causal-lm") / "model"
+    AdaptiveEntmaxMarianForCausalLM(tiny_config(vocab_size=len(bench.tokenizer))).save_pretrained(folder)
+    bench.tokenizer.save_pretrained(folder)
+    return folder
+
+
+DECODER_ONLY_COMMANDS = {
+    "translate": lambda bench, model: ["translate", "--model", model, "--input", bench.sentences(), "--no-progress"],
+    "align": lambda bench, model: _align(bench, folder=Path(model)),
+    "analyze": lambda bench, model: ["analyze", model, "--source_file", bench.sentences(), "--output",
+                                     str(bench.folder() / "analysis")],
+    "export": lambda bench, model: ["export", "--model", model, "--output", str(bench.folder() / "export")],
+    "train": lambda bench, model: bench.train_argv(bench.folder() / "run", "--model_name_or_path", model,
+                                                   fresh=False),
+}  # fmt: skip
+
+
+def _register_decoder_only_probes() -> None:
+    """One probe per command: a decoder-only folder is refused with one line saying what it is."""
+    for command, make_argv in DECODER_ONLY_COMMANDS.items():
+
+        def refused(bench, make_argv=make_argv):
+            model = str(_decoder_only_folder(bench))
+            return cli(make_argv(bench, model), model, "decoder-only", "AdaptiveEntmaxMarianForCausalLM")
+
+        refused.__doc__ = f"{command}: an AdaptiveEntmaxMarianForCausalLM folder given as the translation model"
+        refused.__name__ = f"probe_{command}_decoder_only_folder"
+        probe(ITEM)(refused)
+
+
+_register_decoder_only_probes()
