@@ -103,6 +103,11 @@ def test_a_corpus_without_documents_of_two_pairs_is_one_line(tmp_path):
         split_examples(raw, "train", data_args)
 
 
+def test_a_ratio_too_small_for_the_pairs_still_joins_one_example(tmp_path):
+    examples = document_examples(tmp_path, document_context=2, document_context_ratio=0.01)
+    assert [example["en"] for example in examples[8:]] == ["a1 a2"]  # round(8 × 0.01) = 0, at least 1
+
+
 def test_validation_and_test_stay_sentences(tmp_path):
     source, target = write_documents(tmp_path)
     data_args = DataArguments(

@@ -58,8 +58,8 @@ def column_documents(ids: pa.Array | pa.ChunkedArray, description: str, column: 
 
 
 def join_documents(split: Dataset, max_sentences: int, ratio: float, description: str) -> Dataset:
-    """The split's sentence pairs, then ``round(len(split) × ratio)`` examples of 2 … ``max_sentences`` consecutive
-    pairs of one document joined (fewer where windows are cut to one pair at a document's end).
+    """The split's sentence pairs, then ``round(len(split) × ratio)`` (at least one) examples of 2 … ``max_sentences``
+    consecutive pairs of one document joined (fewer where windows are cut to one pair at a document's end).
 
     Args:
         split: A ``translation`` column and a `DOCUMENT` column of document numbers, in document order.
@@ -71,7 +71,8 @@ def join_documents(split: Dataset, max_sentences: int, ratio: float, description
         A dataset with the ``translation`` column alone: the sentence pairs first, the joined examples after them.
 
     Raises:
-        HfEntmaxValueError: If no document has two pairs, so that nothing can be joined.
+        HfEntmaxValueError: If no document has two pairs, so that nothing can be joined, or every window falls on a
+            document's last pair.
     """
     table = split.with_format("arrow")[:]
     translation = table.column("translation").combine_chunks()
@@ -80,17 +81,22 @@ def join_documents(split: Dataset, max_sentences: int, ratio: float, description
     # Where each pair's document ends (exclusive), from the start of the next document.
     starts = np.flatnonzero(np.diff(documents, prepend=-1))
     document_ends = np.append(starts[1:], num_pairs)[np.searchsorted(starts, np.arange(num_pairs), side="right") - 1]
-    num_windows = round(num_pairs * ratio)
-    window_starts = (np.arange(num_windows) * num_pairs) // max(num_windows, 1)
-    window_lengths = 2 + np.arange(num_windows) % (max_sentences - 1)
-    window_ends = np.minimum(window_starts + window_lengths, document_ends[window_starts])
-    kept = window_ends - window_starts >= 2
-    if not kept.any():
+    if not (np.diff(np.append(starts, num_pairs)) >= 2).any():
         raise HfEntmaxValueError(
             f"{description}: --document_context found no document of two or more pairs to join "
             f"({len(starts):,} documents of {num_pairs:,} pairs): it needs the pairs in document order, a document's "
             "sentences one after another (in local files an empty pair ends a document; with --dataset_name, "
             "--document_column names the document of each row)"
+        )
+    num_windows = max(1, round(num_pairs * ratio))
+    window_starts = (np.arange(num_windows) * num_pairs) // num_windows
+    window_lengths = 2 + np.arange(num_windows) % (max_sentences - 1)
+    window_ends = np.minimum(window_starts + window_lengths, document_ends[window_starts])
+    kept = window_ends - window_starts >= 2
+    if not kept.any():
+        raise HfEntmaxValueError(
+            f"{description}: the {num_windows:,} joined example(s) that --document_context_ratio {ratio:g} asks of "
+            f"{num_pairs:,} pairs all start at a document's last pair; give a larger ratio"
         )
     window_starts, window_ends = window_starts[kept], window_ends[kept]
     languages = [translation.type.field(index).name for index in range(translation.type.num_fields)]
