@@ -29,6 +29,15 @@
    longer and slower. ``--test_sentences N`` uses the first N test sentences (a multiple of the largest k keeps every
    group).
 
+4. Sparsefinder (with ``--sparsefinder_k K``): for each run, `hf-entmax sparsefinder` learns to predict each head's
+   α-entmax graph on the validation set (`val`) joined K sentences at a time (its first ``--sparsefinder_train``
+   inputs, the next ``--sparsefinder_heldout`` held out; its distance method only) and chooses, per attention type,
+   the sparsest point with held-out recall ≥ 0.95; the test inputs of every k ≥ K are then translated twice more,
+   with full attention and with attention restricted to the predicted graphs (as `translate --sparsefinder` does),
+   in one process with the model loaded once, each timed. A second table (``table:length-translation-sparsefinder``)
+   gives each type's chosen point, its held-out sparsity and recall, and BLEU and time of restricted against full
+   translation.
+
 Positions: Marian's sinusoidal position vectors are fixed, not learned, but a model trained on single sentences has
 only ever read the positions its training sentences reach (the output states the longest); joined inputs go beyond
 them on both sides, in every variant alike. What the benchmark asks is whether attention that stays focused as the
@@ -53,15 +62,18 @@ from typing import NamedTuple
 import torch
 from bench_quality import VARIANTS as QUALITY_VARIANTS
 from bench_quality import mean_and_spread, mean_difference
-from runs import MULTI30K_TEST, benchmark_log, joined_lines, run
+from runs import MULTI30K_SPLITS, MULTI30K_TEST, benchmark_log, joined_lines, run
 from tables import write_tables
 
 from hf_entmax import AdaptiveEntmaxMarianConfig
+from hf_entmax.commands.translate import load_translation_model, translate_lines, use_operating_point
 from hf_entmax.common.model_folder import load_tokenizer
 from hf_entmax.modeling.configuration_adaptive_entmax_marian import position_limit
+from hf_entmax.training.metrics import corpus_scores
 
 
 TABLE = "length-translation"
+SPARSEFINDER_TABLE = "length-translation-sparsefinder"
 # Position options a run can be trained with (`hf-entmax train` flags), by the name the run's name carries.
 POSITIONS = {
     "sinusoidal": [],
@@ -212,18 +224,22 @@ def source_token_counts(folder: Path, inputs: dict[int, dict], train_source: Pat
     }
 
 
+def max_new_tokens(folder: Path, k: int, arguments: argparse.Namespace) -> int:
+    """k × ``--max_new_tokens_per_join``, within the model's positions where it has a table."""
+    positions = position_limit(AdaptiveEntmaxMarianConfig.from_pretrained(folder))  # None: relative positions
+    limit = k * arguments.max_new_tokens_per_join
+    return limit if positions is None else min(limit, positions - 1)
+
+
 def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, target: Path) -> dict:
     """Translate and score one k's input with one run, or read the scores if they exist; return the metrics, with
     ``length_ratio``: the translations' words over the references' (a model that stops after one sentence of k
     scores low for its length alone, whatever the sentence's quality)."""
     metrics_file, output_file = target / f"k{k}.json", target / f"k{k}.txt"
     if not metrics_file.exists():
-        positions = position_limit(AdaptiveEntmaxMarianConfig.from_pretrained(folder))  # None: relative positions
-        max_new_tokens = k * arguments.max_new_tokens_per_join
-        max_new_tokens = max_new_tokens if positions is None else min(max_new_tokens, positions - 1)
         command = ["hf-entmax", "translate", "--model", str(folder), "--input", str(files["source"])]
         command += ["--output", str(output_file), "--reference", str(files["reference"])]
-        command += ["--metrics_file", str(metrics_file), "--max_new_tokens", str(max_new_tokens)]
+        command += ["--metrics_file", str(metrics_file), "--max_new_tokens", str(max_new_tokens(folder, k, arguments))]
         command += ["--batch_size", str(arguments.translate_batch_size), "--no-progress"]
         target.mkdir(parents=True, exist_ok=True)
         run(command, Path(arguments.output_dir) / "commands.log")
@@ -232,6 +248,92 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
         return len(path.read_text(encoding="utf-8").split())
 
     return {**json.loads(metrics_file.read_text()), "length_ratio": words(output_file) / words(files["reference"])}
+
+
+def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.Namespace) -> dict:
+    """Sparsefinder's predictor for one run, trained on the validation set joined ``--sparsefinder_k`` sentences at a
+    time (or read if it exists); return ``{"predictor": path, "points": {type: (spec, sparsity, recall)}}`` with the
+    chosen distance point of each attention type (Sparsefinder's distance method only: it needs no clustering)."""
+    k = arguments.sparsefinder_k
+    output = Path(arguments.output_dir) / "sparsefinder" / run_name / f"seed{seed}" / f"val-k{k}"
+    report = output / "report.json"
+    if not report.exists():
+        data_dir = Path(arguments.data_dir)
+        validation = MULTI30K_SPLITS["validation"]
+        inputs = Path(arguments.output_dir) / "inputs" / f"{validation}-k{k}"
+        inputs.mkdir(parents=True, exist_ok=True)
+        files = []
+        for language in (arguments.source, arguments.target):
+            lines = read_lines(data_dir / f"{validation}.{language}", None)
+            files.append(inputs / f"{validation}.{language}")
+            files[-1].write_text("".join(line + "\n" for line in joined_lines(lines, k)), "utf-8")
+        command = ["hf-entmax", "sparsefinder", str(folder), "--source_file", str(files[0]), "--target_file"]
+        command += [str(files[1]), "--output", str(output), "--train_size", str(arguments.sparsefinder_train)]
+        command += ["--heldout_size", str(arguments.sparsefinder_heldout), "--max_length", "1024", "--no-bleu"]
+        command += ["--methods", "distance"]  # the points translated with; the others' sweeps would only cost time
+        command += ["--no-progress"]
+        run(command, Path(arguments.output_dir) / "commands.log")
+    attention = json.loads(report.read_text())["attention"]
+    points = {}
+    for kind, result in attention.items():
+        spec = result["chosen"]["distance"]
+        score = next(point for point in result["points"] if point["point"] == spec)
+        points[kind] = (spec, score["sparsity"], score["recall"])
+    return {"predictor": output / "sparsefinder.safetensors", "points": points}
+
+
+def timed_translations(folder: Path, k: int, files: dict, predictor: dict, arguments) -> dict:
+    """Translate one k's test input with full and with restricted attention (the predictor's chosen points), in
+    turn, in this process with the model loaded once, as `hf-entmax translate` does; return both scores and the
+    seconds each translation took (loading excluded: the comparison is of the attention)."""
+    model, tokenizer = load_translation_model(str(folder), progress=False)
+    sources = read_lines(files["source"], None)
+    references = read_lines(files["reference"], None)
+    settings = [f"{kind}={spec}" for kind, (spec, _, _) in predictor["points"].items()]
+    results = {}
+    for name in ("full", "restricted"):
+        if name == "restricted":
+            use_operating_point(model, settings, str(predictor["predictor"]), str(folder))
+        start = time.perf_counter()
+        translations = translate_lines(
+            model,
+            tokenizer,
+            sources,
+            batch_size=arguments.translate_batch_size,
+            max_new_tokens=max_new_tokens(folder, k, arguments),
+            progress=False,
+        )
+        seconds = time.perf_counter() - start
+        results[name] = {**corpus_scores(translations, references), "seconds": seconds}
+    return results
+
+
+def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Namespace) -> str:
+    """Per k ≥ K, run and seed: the chosen point of each attention type with its held-out sparsity and recall, and
+    restricted against full translation (BLEU, wall time)."""
+    lines = [
+        "| k | model | seed | chosen points (held-out sparsity / recall) | BLEU full | BLEU restricted | "
+        "time restricted / full |",
+        "| ---: | --- | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for (name, seed, k), result in timings.items():
+        points = "; ".join(
+            f"{kind} `{spec}` ({sparsity:.0%} / {recall:.0%})"
+            for kind, (spec, sparsity, recall) in predictors[name, seed]["points"].items()
+        )
+        full, restricted = result["full"], result["restricted"]
+        lines.append(
+            f"| {k} | {name} | {seed} | {points} | {full['bleu']:.2f} | {restricted['bleu']:.2f} | "
+            f"{restricted['seconds'] / full['seconds']:.2f} |"
+        )
+    lines += [
+        "",
+        f"Predictors trained on `val` joined {arguments.sparsefinder_k} sentences at a time "
+        f"({arguments.sparsefinder_train} inputs, {arguments.sparsefinder_heldout} held out); per attention type the "
+        "sparsest distance point with held-out recall ≥ 0.95. Times: the translation alone (beam 4, batches as "
+        "`hf-entmax translate` makes them, the model loaded once), full and restricted in turn in one process.",
+    ]
+    return "\n".join(lines)
 
 
 def score_of(metrics: dict, name: str) -> float:
@@ -310,6 +412,15 @@ def main() -> None:
     parser.add_argument("--max_new_tokens_per_join", type=int, default=64, help="generation limit per sentence")
     parser.add_argument("--translate_batch_size", type=int, default=32, help="inputs per generate call")
     parser.add_argument("--extra", default="", help="flags added to every training run (e.g. for a quick check)")
+    parser.add_argument(
+        "--sparsefinder_k",
+        type=int,
+        default=None,
+        help="also train Sparsefinder on validation inputs of this many sentences and translate every k >= it with "
+        "restricted attention",
+    )
+    parser.add_argument("--sparsefinder_train", type=int, default=80, help="joined validation inputs to train on")
+    parser.add_argument("--sparsefinder_heldout", type=int, default=40, help="joined validation inputs held out")
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     arguments = parser.parse_args()
     arguments.source, _, arguments.target = arguments.direction.partition("-")
@@ -319,6 +430,8 @@ def main() -> None:
         parser.error("--joins and --test_sentences must be positive integers")
     if min(arguments.document_context) < 1:
         parser.error("--document_context must be 1 (sentences only) or more sentences joined")
+    if arguments.sparsefinder_k is not None and not any(k >= arguments.sparsefinder_k for k in arguments.joins):
+        parser.error(f"--sparsefinder_k {arguments.sparsefinder_k}: no --joins k is that long")
     if arguments.test_sentences is not None and max(arguments.joins) > arguments.test_sentences:
         parser.error(f"--joins {max(arguments.joins)} needs at least that many --test_sentences")
 
@@ -341,6 +454,16 @@ def main() -> None:
         tokens = source_token_counts(next(iter(folders.values())), inputs, train_source)
         markdown = table(scores, inputs, tokens, arguments)
         log(markdown)
+        markdown_tables = {TABLE: markdown}
+        if arguments.sparsefinder_k is not None:
+            predictors, timings = {}, {}
+            for (spec, seed), folder in folders.items():
+                predictors[spec.name, seed] = predictor = train_predictor(folder, spec.name, seed, arguments)
+                for k, files in inputs.items():
+                    if k >= arguments.sparsefinder_k:
+                        timings[spec.name, seed, k] = timed_translations(folder, k, files, predictor, arguments)
+            markdown_tables[SPARSEFINDER_TABLE] = sparsefinder_table(timings, predictors, arguments)
+            log(markdown_tables[SPARSEFINDER_TABLE])
     (out / "results.json").write_text(
         json.dumps(
             {"source tokens": tokens, "scores": {f"{v} seed{s} k{k}": m for (v, s, k), m in scores.items()}}, indent=1
@@ -348,7 +471,7 @@ def main() -> None:
     )
     if arguments.markdown:
         measured = f"Measured on {time.strftime('%Y-%m-%d')} ({machine}) with `{command}`."
-        write_tables(arguments.markdown, {TABLE: f"{markdown}\n\n{measured}"})
+        write_tables(arguments.markdown, {name: f"{text}\n\n{measured}" for name, text in markdown_tables.items()})
 
 
 if __name__ == "__main__":

@@ -26,11 +26,14 @@ def write_multi30k_like_corpus(folder: Path) -> None:
 
 
 def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(tmp_path):
+    """Two runs (softmax and adaptive, NAPE with split directions, trained with --document_context 2), test inputs of
+    k = 2 sentences, and Sparsefinder trained on validation pairs and used at k = 2."""
     write_multi30k_like_corpus(tmp_path / "corpus")
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_length_translation.py"), "--data_dir", "corpus"]
     command += ["--direction", "ja-en", "--variants", "softmax", "adaptive", "--positions", "nape-split"]
     command += ["--document_context", "2", "--seeds", "0", "--max_steps", "2", "--batch_size", "8"]
-    command += ["--joins", "1", "2", "--test_sentences", "4", "--max_new_tokens_per_join", "4"]
+    command += ["--joins", "2", "--test_sentences", "4", "--max_new_tokens_per_join", "4"]
+    command += ["--sparsefinder_k", "2", "--sparsefinder_train", "1", "--sparsefinder_heldout", "1"]
     command += ["--runs_dir", "runs", "--output_dir", "out", "--extra", TINY]
     environment = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     completed = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True)
@@ -42,16 +45,20 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
         assert (config["position_embedding_type"], config["encoder_alibi_directions"]) == ("nape", "split")
         summary = json.loads((folder / "training_summary.json").read_text())
         assert summary["preprocessing"]["document_context"]["max_sentences"] == 2
-    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "+doc2" in line]
+    lines = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "+doc2" in line]
+    rows = [line for line in lines if len(line) == 8]  # the first table's
     assert [(row[0], row[3]) for row in rows] == [
-        ("| 1", "softmax+nape-split+doc2"),
-        ("| 1", "adaptive+nape-split+doc2"),
         ("| 2", "softmax+nape-split+doc2"),
         ("| 2", "adaptive+nape-split+doc2"),
     ]
     results = json.loads((tmp_path / "out" / "results.json").read_text())["scores"]
-    for k, row in ((1, rows[1]), (2, rows[3])):
-        adaptive, softmax = (
-            results[f"{variant}+nape-split+doc2 seed0 k{k}"]["bleu"] for variant in ("adaptive", "softmax")
-        )
-        assert row[6] == f"{adaptive - softmax:+.2f}" and rows[0][6] == "–"
+    adaptive, softmax = (results[f"{variant}+nape-split+doc2 seed0 k2"]["bleu"] for variant in ("adaptive", "softmax"))
+    assert rows[1][6] == f"{adaptive - softmax:+.2f}" and rows[0][6] == "–"
+
+    # Sparsefinder: a predictor per run, and k = 2 translated with full and with restricted attention.
+    sparse_rows = [line for line in lines if len(line) == 7]  # the second table's: k, model, seed, points, ...
+    assert [row[1] for row in sparse_rows] == ["softmax+nape-split+doc2", "adaptive+nape-split+doc2"]
+    for row in sparse_rows:
+        assert "cross `" in row[3] and float(row[-1].rstrip(" |")) > 0
+        predictor = tmp_path / "out" / "sparsefinder" / row[1] / "seed0" / "val-k2" / "sparsefinder.safetensors"
+        assert predictor.is_file()
