@@ -1,31 +1,29 @@
 """The `hf-entmax` command: a dispatcher that only wires subcommands."""
 
 import difflib
+import importlib
 import os
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
-from .commands import align, analyze, convert, demo, export, push, sparsefinder, train, translate
 from .errors import HfEntmaxError, HfEntmaxInterrupted, describe_os_error
 
 
-SUBCOMMANDS = {
-    "train": train,
-    "demo": demo,
-    "convert": convert,
-    "export": export,
-    "push": push,
-    "analyze": analyze,
-    "sparsefinder": sparsefinder,
-    "translate": translate,
-    "align": align,
-}
+# Each command is a module of hf_entmax.commands, imported only when it runs: their dependencies differ (datasets for
+# train and demo, matplotlib for analyze), and importing all of them would add seconds to every call.
+SUBCOMMANDS = ("train", "demo", "convert", "export", "push", "analyze", "sparsefinder", "translate", "align")
+
+
+def subcommand(name: str) -> ModuleType:
+    """The module of one command: its ``HELP`` line and its ``main(arguments)``."""
+    return importlib.import_module(f"{__package__}.commands.{name}")
 
 
 def usage() -> str:
     lines = ["usage: hf-entmax <command> [arguments]  (hf-entmax <command> --help for its arguments)", "", "commands:"]
     width = max(map(len, SUBCOMMANDS))
-    lines += [f"  {name:<{width}}  {module.HELP}" for name, module in SUBCOMMANDS.items()]
+    lines += [f"  {name:<{width}}  {subcommand(name).HELP}" for name in SUBCOMMANDS]
     return "\n".join(lines)
 
 
@@ -54,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     try:
-        return SUBCOMMANDS[name].main(arguments)
+        return subcommand(name).main(arguments)
     except (HfEntmaxInterrupted, KeyboardInterrupt) as error:
         if os.environ.get("HF_ENTMAX_DEBUG"):
             raise

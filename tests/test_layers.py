@@ -216,6 +216,13 @@ def test_importing_hf_entmax_loads_neither_training_nor_analysis_dependencies():
     assert fresh_import("import hf_entmax") == {"loaded": [], "kernel_module": True}
 
 
+def test_a_command_loads_only_what_it_needs():
+    """`hf-entmax translate` does not pay for train's datasets and Trainer or analyze's matplotlib (seconds each)."""
+    command = "from hf_entmax.cli import main\ntry:\n    main(['translate', '--help'])\nexcept SystemExit:\n    pass"
+    loaded = fresh_import(command)["loaded"]
+    assert not {"datasets", "matplotlib", "transformers.trainer"} & set(loaded), loaded
+
+
 def test_the_native_kernel_does_not_depend_on_training_dependencies():
     """With the training, analysis and tokenizer packages missing, hf_entmax still imports, kernel included."""
     hidden = "; ".join(f"sys.modules[{name!r}] = None" for name in HEAVY_MODULES)
