@@ -46,7 +46,9 @@ Long tests are costly (a 1,024-symbol string takes 1,025 decoding steps over 1,0
 128 at 8×, 64 at 16× and 32 at 64× (the table says how many). The accuracy's resolution is 1/count.
 
 Runs already finished in --output_dir are read, not repeated (their settings must match; another --output_dir
-otherwise). ``--markdown docs/benchmarks.md`` writes the table between the markers ``table:length-synthetic``.
+otherwise). ``--markdown docs/benchmarks.md`` writes the table between the markers ``table:length-synthetic``, or,
+for runs of relative positions, ``table:length-synthetic-relative``: the two kinds of rows answer different questions
+and are run separately (a run of both kinds with ``--markdown`` is refused).
 """
 
 import argparse
@@ -65,6 +67,7 @@ from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
 
 PAD, EOS, FIRST_SYMBOL = 0, 1, 2
 TABLE = "length-synthetic"
+RELATIVE_TABLE = "length-synthetic-relative"
 
 TASKS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "copy": lambda symbols: symbols,
@@ -296,7 +299,7 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="benchmarks/outputs/length-synthetic")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
@@ -321,11 +324,18 @@ def main() -> None:
     add_threads_option(parser)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (training and test)")
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
-    arguments = parser.parse_args()
+    arguments = parser.parse_args(argv)
     positive = ("train_length", "symbols", "steps", "batch_size", "test_strings", "min_test_strings", "log_every")
     length_runs.check_positive(parser, arguments, positive)
     length_runs.use_device(arguments, parser.error)
-    length_runs.run_all(arguments, "bench_length_synthetic.py", None, run_one, table, TABLE)
+    relative = [name for name in arguments.positions if name not in SINUSOIDAL_POSITIONS]
+    if arguments.markdown and relative and len(relative) < len(arguments.positions):
+        parser.error(
+            f"--markdown: the rows of sinusoidal positions ({', '.join(SINUSOIDAL_POSITIONS)}) and of relative ones "
+            f"({', '.join(relative)}) go to separate tables; run them separately"
+        )
+    table_name = RELATIVE_TABLE if relative else TABLE
+    length_runs.run_all(arguments, "bench_length_synthetic.py", argv, run_one, table, table_name)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,54 @@
+"""The encoder–decoder length benchmark (benchmarks/bench_length_synthetic.py) at tiny sizes: a run of relative
+positions writes its own table, beside (not over) the sinusoidal one, and a run of both kinds with --markdown is
+refused before anything trains."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import bench_length_synthetic as bench  # noqa: E402
+
+
+TINY = [
+    "--tasks", "copy", "--variants", "asentmax", "--seeds", "0", "--train_length", "4", "--test_multiples", "1", "2",
+    "--symbols", "4", "--steps", "2", "--batch_size", "4", "--d_model", "16", "--layers", "1", "--heads", "2",
+    "--test_strings", "2", "--min_test_strings", "2", "--log_every", "1",
+]  # fmt: skip
+DOCUMENT = """# Benchmarks
+
+<!-- table:length-synthetic -->
+sinusoidal rows
+<!-- /table:length-synthetic -->
+
+<!-- table:length-synthetic-relative -->
+old
+<!-- /table:length-synthetic-relative -->
+"""
+
+
+def test_relative_positions_have_their_own_table(tmp_path):
+    document = tmp_path / "benchmarks.md"
+    document.write_text(DOCUMENT)
+    command = [*TINY, "--positions", "nape-split", "--output_dir", str(tmp_path / "out")]
+    bench.main([*command, "--markdown", str(document)])
+    text = document.read_text()
+    assert "sinusoidal rows" in text and "old" not in text
+    table = text[text.index("<!-- table:length-synthetic-relative -->") :]
+    rows = [line.split(" | ")[:3] for line in table.splitlines() if line.startswith("| copy")]
+    assert rows == [["| copy", "nape-split", "asentmax"]]
+    assert "--positions nape-split" in table
+
+
+def test_a_run_of_both_kinds_of_positions_with_markdown_is_refused(tmp_path, capsys):
+    document = tmp_path / "benchmarks.md"
+    document.write_text(DOCUMENT)
+    command = [*TINY, "--positions", "offset", "rope", "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(SystemExit):
+        bench.main([*command, "--markdown", str(document)])
+    assert "go to separate tables; run them separately" in capsys.readouterr().err
+    assert document.read_text() == DOCUMENT and not (tmp_path / "out").exists()
