@@ -24,6 +24,7 @@ from hf_entmax.training.data import (
     read_parallel_file,
     read_text_pair,
     report_truncation,
+    run_examples,
 )
 from hf_entmax.training.run import tokenize_splits
 from hf_entmax.training.synthetic import synthetic_splits
@@ -500,9 +501,10 @@ def synthetic_data():
 
 
 def tokenized_splits(splits, tokenizer, data_args, tmp_path):
-    """The splits as the run tokenizes them."""
+    """The examples a run picks from the splits, and those examples as it tokenizes them."""
     training_args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
-    return tokenize_splits(splits, tokenizer, data_args, "en", "syn", training_args)
+    examples = run_examples(splits, data_args)
+    return examples, tokenize_splits(examples, tokenizer, data_args, "en", "syn", training_args)
 
 
 @pytest.mark.parametrize("pad_to_max_length", [False, True])
@@ -517,9 +519,9 @@ def test_truncation_is_counted_and_reported_per_split(synthetic_data, tmp_path, 
     )
     data_args.resolve_lengths(None)
     source_lengths = [len(tokenizer(pair["en"])["input_ids"]) for pair in splits["train"]["translation"]]
-    tokenized = tokenized_splits(splits, tokenizer, data_args, tmp_path)
+    examples, tokenized = tokenized_splits(splits, tokenizer, data_args, tmp_path)
     with caplog.at_level(logging.WARNING, logger="hf_entmax.training.data"):
-        counts = report_truncation(splits, tokenized, tokenizer, data_args, "en", "syn")
+        counts = report_truncation(examples, tokenized, tokenizer, data_args, "en", "syn")
     cut = sum(length > 6 for length in source_lengths)
     assert counts["train"] == {"examples": 40, "truncated_sources": cut, "truncated_targets": 0}
     assert counts["validation"]["examples"] == 4 and counts["validation"]["truncated_targets"] > 0
@@ -534,9 +536,9 @@ def test_source_prefix_filling_the_source_length_is_refused(synthetic_data, tmp_
     splits, tokenizer = synthetic_data
     data_args = DataArguments(max_source_length=4, source_prefix="translate English to Synthetic: ")
     data_args.resolve_lengths(None)
-    tokenized = tokenized_splits(splits, tokenizer, data_args, tmp_path)
+    examples, tokenized = tokenized_splits(splits, tokenizer, data_args, tmp_path)
     with pytest.raises(HfEntmaxValueError, match=r"--source_prefix .* give --max_source_length \d+ or more"):
-        report_truncation(splits, tokenized, tokenizer, data_args, "en", "syn")
+        report_truncation(examples, tokenized, tokenizer, data_args, "en", "syn")
 
 
 @pytest.mark.parametrize("flag", ["max_source_length", "max_target_length", "val_max_target_length"])

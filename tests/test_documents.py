@@ -205,12 +205,14 @@ def test_the_built_in_synthetic_pair_has_no_documents():
         load_parallel_data(DataArguments(document_context=2))
 
 
-def test_train_with_document_context_trains_on_the_joined_examples(tmp_path, capsys):
+def test_train_with_document_context_trains_on_the_joined_examples(tmp_path, capsys, caplog):
     source, target = write_documents(tmp_path)
     output = tmp_path / "run"
     argv = ["train", "--train_source_file", source, "--train_target_file", target, *PAIR, *QUICK]
     argv += ["--model_size", "tiny", "--vocab_size", "40", "--document_context", "3", "--output_dir", str(output)]
-    assert main(argv) == 0, capsys.readouterr().err
+    with caplog.at_level(logging.INFO, logger="hf_entmax.training"):
+        assert main(argv) == 0, capsys.readouterr().err
+    assert caplog.text.count("document context: the train split trains on its 8 pairs") == 1  # joined once
     summary = json.loads((output / "training_summary.json").read_text())
     # Ratio 0.5: windows at a1 (a1 a2), a3 (a3 a4, cut at the document's end), b1 (dropped) and c2 (c2 c3).
     assert summary["num_examples"]["train"] == 8 + 3

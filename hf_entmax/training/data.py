@@ -305,13 +305,17 @@ def load_parallel_data(data_args: DataArguments) -> tuple[DatasetDict, str, str]
 
 def split_examples(raw: DatasetDict, split: str, data_args: DataArguments) -> Dataset:
     """The examples of ``split`` that a run trains or evaluates on: its first ``--max_*_samples`` pairs, and for the
-    train split with ``--document_context``, those pairs and their joined neighbours (`join_documents`). Tokenizing
-    and counting truncation both take them from here, so they see the same rows."""
+    train split with ``--document_context``, those pairs and their joined neighbours (`join_documents`)."""
     max_samples, _ = data_args.split_limits(split)
     examples = limit_samples(raw[split], max_samples)
     if DOCUMENT not in examples.column_names:
         return examples
     return join_documents(examples, data_args.document_context, data_args.document_context_ratio, f"the {split} split")
+
+
+def run_examples(raw: DatasetDict, data_args: DataArguments) -> DatasetDict:
+    """`split_examples` of every split, picked once: tokenizing and counting truncation both read these rows."""
+    return DatasetDict({split: split_examples(raw, split, data_args) for split in raw})
 
 
 def load_saved_dataset(folder: Path) -> Dataset | DatasetDict:
@@ -393,7 +397,7 @@ def limit_samples(dataset: Dataset, max_samples: int | None) -> Dataset:
 
 
 def report_truncation(
-    raw: DatasetDict,
+    examples: DatasetDict,
     tokenized: DatasetDict,
     tokenizer: PreTrainedTokenizerBase,
     data_args: DataArguments,
@@ -408,9 +412,8 @@ def report_truncation(
     are tokenized again, without truncation, so the count costs little unless most examples reach it.
 
     Args:
-        raw: The raw splits, a ``translation`` column each.
-        tokenized: The same splits tokenized with truncation (``input_ids`` and ``labels``), of the first
-            ``--max_*_samples`` examples.
+        examples: The splits' examples (`run_examples`), a ``translation`` column each.
+        tokenized: The same examples tokenized with truncation (``input_ids`` and ``labels``).
         tokenizer: The tokenizer they were tokenized with.
         data_args: The run's data arguments, their lengths resolved.
         source_lang: Language code of the source side.
@@ -441,7 +444,7 @@ def report_truncation(
     counts = {}
     for name, features in tokenized.items():
         _, max_target_length = data_args.split_limits(name)
-        pairs = split_examples(raw, name, data_args)
+        pairs = examples[name]
         counts[name] = {"examples": len(features)}
         cut = []
         for side, column, flag, limit, encode in (

@@ -53,7 +53,7 @@ from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxVal
 from ..modeling.configuration_adaptive_entmax_marian import position_limit
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from .arguments import DataArguments, ModelArguments
-from .data import load_parallel_data, report_truncation, split_examples
+from .data import load_parallel_data, report_truncation, run_examples
 from .metrics import sacrebleu_signatures, translation_metrics
 from .model_loading import (
     StartingPoint,
@@ -135,15 +135,16 @@ def load_tokenizer(
 
 
 def tokenize_splits(
-    raw: datasets.DatasetDict,
+    examples: datasets.DatasetDict,
     tokenizer: PreTrainedTokenizerBase,
     data_args: DataArguments,
     source_lang: str,
     target_lang: str,
     training_args: Seq2SeqTrainingArguments,
 ) -> datasets.DatasetDict:
-    """``input_ids``/``attention_mask`` from the (prefixed) source and ``labels`` from the target, truncated (the
-    validation and test targets at ``--val_max_target_length``), padded only with ``--pad_to_max_length``."""
+    """``input_ids``/``attention_mask`` from the (prefixed) source and ``labels`` from the target of each split's
+    ``examples`` (`run_examples`), truncated (the validation and test targets at ``--val_max_target_length``), padded
+    only with ``--pad_to_max_length``."""
     padding = "max_length" if data_args.pad_to_max_length else False
     prefix = data_args.source_prefix or ""
 
@@ -166,9 +167,8 @@ def tokenize_splits(
 
     tokenized = {}
     with training_args.main_process_first(desc="tokenizing"):
-        for split_name in raw:
+        for split_name, split in examples.items():
             _, max_target_length = data_args.split_limits(split_name)
-            split = split_examples(raw, split_name, data_args)
             tokenized[split_name] = split.map(
                 tokenizer_for(max_target_length),
                 batched=True,
@@ -606,8 +606,9 @@ def _train(
     model.generation_config.num_beams = num_beams
     model.generation_config.max_length = max_length
 
-    tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args)
-    truncated = report_truncation(raw, tokenized, tokenizer, data_args, source_lang, target_lang)
+    examples = run_examples(raw, data_args)
+    tokenized = tokenize_splits(examples, tokenizer, data_args, source_lang, target_lang, training_args)
+    truncated = report_truncation(examples, tokenized, tokenizer, data_args, source_lang, target_lang)
     # BLEU needs generated text: evaluation always generates (with the run's beam size and length limit).
     training_args.predict_with_generate = True
     training_args.generation_num_beams = num_beams
