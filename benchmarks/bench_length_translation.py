@@ -62,7 +62,7 @@ from typing import NamedTuple
 import torch
 from bench_quality import VARIANTS as QUALITY_VARIANTS
 from bench_quality import mean_and_spread, mean_difference
-from runs import MULTI30K_SPLITS, MULTI30K_TEST, benchmark_log, joined_lines, run
+from runs import MULTI30K_SPLITS, MULTI30K_TEST, benchmark_log, joined_corpus, joined_lines, run
 from tables import write_tables
 
 from hf_entmax import AdaptiveEntmaxMarianConfig
@@ -159,11 +159,12 @@ def check_run(folder: Path, spec: RunSpec, seed: int, arguments: argparse.Namesp
     settings = summary["hyperparameters"]
     documents = summary["preprocessing"].get("document_context")
     position_flags = dict(zip(POSITIONS[spec.positions][::2], POSITIONS[spec.positions][1::2], strict=True))
-    # A config saved before a position option existed has the option's default.
-    position_defaults = {"position_embedding_type": "sinusoidal", "encoder_alibi_directions": "both"}
-    expected_positions = {key: position_flags.get(f"--{key}", value) for key, value in position_defaults.items()}
+    # The config class fills in an option's default, also where a config was saved before the option existed.
+    loaded, defaults = AdaptiveEntmaxMarianConfig.from_pretrained(folder), AdaptiveEntmaxMarianConfig()
+    position_keys = ("position_embedding_type", "encoder_alibi_directions")
+    expected_positions = {key: position_flags.get(f"--{key}", getattr(defaults, key)) for key in position_keys}
     found = {key: config.get(key) for key in EXPECTED_CONFIG[spec.variant]}
-    found |= {key: config.get(key, value) for key, value in position_defaults.items()}
+    found |= {key: getattr(loaded, key) for key in position_keys}
     found |= {key: settings.get(key) for key in ("max_steps", "per_device_train_batch_size", "seed")}
     found["document_context"] = documents["max_sentences"] if documents else 1
     expected = (
@@ -258,15 +259,11 @@ def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.
     output = Path(arguments.output_dir) / "sparsefinder" / run_name / f"seed{seed}" / f"val-k{k}"
     report = output / "report.json"
     if not report.exists():
-        data_dir = Path(arguments.data_dir)
         validation = MULTI30K_SPLITS["validation"]
+        languages = [arguments.source, arguments.target]
         inputs = Path(arguments.output_dir) / "inputs" / f"{validation}-k{k}"
-        inputs.mkdir(parents=True, exist_ok=True)
-        files = []
-        for language in (arguments.source, arguments.target):
-            lines = read_lines(data_dir / f"{validation}.{language}", None)
-            files.append(inputs / f"{validation}.{language}")
-            files[-1].write_text("".join(line + "\n" for line in joined_lines(lines, k)), "utf-8")
+        joined_corpus(Path(arguments.data_dir), k, languages, inputs, {"validation": validation})
+        files = [inputs / f"{validation}.{language}" for language in languages]
         command = ["hf-entmax", "sparsefinder", str(folder), "--source_file", str(files[0]), "--target_file"]
         command += [str(files[1]), "--output", str(output), "--train_size", str(arguments.sparsefinder_train)]
         command += ["--heldout_size", str(arguments.sparsefinder_heldout), "--max_length", "1024", "--no-bleu"]
