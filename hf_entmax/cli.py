@@ -11,19 +11,34 @@ from .errors import HfEntmaxError, HfEntmaxInterrupted, describe_os_error
 
 
 # Each command is a module of hf_entmax.commands, imported only when it runs: their dependencies differ (datasets for
-# train and demo, matplotlib for analyze), and importing all of them would add seconds to every call.
-SUBCOMMANDS = ("train", "demo", "convert", "export", "push", "analyze", "sparsefinder", "translate", "align")
+# train and demo, matplotlib for analyze), and importing all of them would add seconds to every call. Their one-line
+# summaries live here, so that `hf-entmax --help` imports none of them.
+SUBCOMMANDS = {
+    "train": "train or fine-tune a model on a Hub dataset, local files or the built-in synthetic pair",
+    "demo": "train a small model on the built-in synthetic pair, evaluate it and translate with it (offline)",
+    "convert": "convert a MarianMT checkpoint (folder or Hub id) into an AdaptiveEntmaxMarian Hub-ready folder",
+    "export": "write an AdaptiveEntmaxMarian model folder as a Hub-ready folder with a model card",
+    "push": "upload a model folder's model files to the Hugging Face Hub (after checking they load without hf_entmax)",
+    "analyze": "analyse the attention heads of a model (α, density, diversity, head roles): figures and a report",
+    "sparsefinder": (
+        "predict each head's entmax graph (Sparsefinder): sparsity–recall per head and BLEU per operating point"
+    ),
+    "translate": "translate a text file line by line; with --reference, score BLEU and chrF",
+    "align": (
+        "word-align sentences with their translations through cross-attention (Pharaoh format); carry markup over"
+    ),
+}
 
 
 def subcommand(name: str) -> ModuleType:
-    """The module of one command: its ``HELP`` line and its ``main(arguments)``."""
+    """The module of one command, with its ``main(arguments)``."""
     return importlib.import_module(f"{__package__}.commands.{name}")
 
 
 def usage() -> str:
     lines = ["usage: hf-entmax <command> [arguments]  (hf-entmax <command> --help for its arguments)", "", "commands:"]
     width = max(map(len, SUBCOMMANDS))
-    lines += [f"  {name:<{width}}  {subcommand(name).HELP}" for name in SUBCOMMANDS]
+    lines += [f"  {name:<{width}}  {summary}" for name, summary in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 

@@ -217,8 +217,13 @@ def test_importing_hf_entmax_loads_neither_training_nor_analysis_dependencies():
 
 
 def test_a_command_loads_only_what_it_needs():
-    """`hf-entmax translate` does not pay for train's datasets and Trainer or analyze's matplotlib (seconds each)."""
-    command = "from hf_entmax.cli import main\ntry:\n    main(['translate', '--help'])\nexcept SystemExit:\n    pass"
+    """`hf-entmax --help` imports no command, and `hf-entmax translate` does not pay for train's datasets and Trainer
+    or analyze's matplotlib (seconds each)."""
+    command = (
+        "import sys\nfrom hf_entmax.cli import main\nmain(['--help'])\n"
+        "assert not [m for m in sys.modules if m.startswith('hf_entmax.commands')], 'usage imported a command'\n"
+        "try:\n    main(['translate', '--help'])\nexcept SystemExit:\n    pass"
+    )
     loaded = fresh_import(command)["loaded"]
     assert not {"datasets", "matplotlib", "transformers.trainer"} & set(loaded), loaded
 

@@ -35,8 +35,6 @@ from .translate import (
 )
 
 
-HELP = "word-align sentences with their translations through cross-attention (Pharaoh format); carry markup over"
-
 _HEAD = re.compile(r"(\d+):(\d+)")
 
 

@@ -23,9 +23,6 @@ from ..errors import HfEntmaxValueError
 from .parsing import CommandParser
 
 
-HELP = "analyse the attention heads of a model (α, density, diversity, head roles): figures and a report"
-
-
 def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="An AdaptiveEntmaxMarian or Marian model folder.")
     parser.add_argument("--source_file", required=True, help="Source sentences, one a line (UTF-8).")

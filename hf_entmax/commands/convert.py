@@ -21,7 +21,6 @@ from .parsing import CommandParser
 CONVERT_NOT_GIVEN = (
     "α = 1 fixed (softmax) and no query scaling, so that the converted model computes the source's function."
 )
-HELP = "convert a MarianMT checkpoint (folder or Hub id) into an AdaptiveEntmaxMarian Hub-ready folder"
 
 
 def add_parser_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,8 +19,6 @@ from ..training import synthetic
 from .train import parse_arguments, print_summary, run_training
 
 
-HELP = "train a small model on the built-in synthetic pair, evaluate it and translate with it (offline)"
-
 DEMO_DEFAULTS = [
     "--output_dir", "outputs/demo",
     "--model_size", "tiny",

@@ -36,9 +36,6 @@ from .hub_folder import add_hub_folder_arguments, check_written_folder
 from .parsing import CommandParser
 
 
-HELP = "write an AdaptiveEntmaxMarian model folder as a Hub-ready folder with a model card"
-
-
 def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="An AdaptiveEntmaxMarian folder (e.g. from hf-entmax train).")
     parser.add_argument("--output", required=True, help="The Hub-ready folder to write.")

@@ -22,9 +22,6 @@ from ..hub.repo_files import select_upload_files
 from .parsing import CommandParser
 
 
-HELP = "upload a model folder's model files to the Hugging Face Hub (after checking they load without hf_entmax)"
-
-
 def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "folder", help="A model folder (from hf-entmax export, convert or train: checkpoints are left out)."

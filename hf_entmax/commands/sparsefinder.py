@@ -40,9 +40,6 @@ from .parsing import CommandParser
 from .translate import translate_lines
 
 
-HELP = "predict each head's entmax graph (Sparsefinder): sparsity–recall per head and BLEU per operating point"
-
-
 def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="An AdaptiveEntmaxMarian model folder.")
     parser.add_argument("--source_file", required=True, help="Source sentences, one a line (UTF-8).")

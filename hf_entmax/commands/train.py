@@ -23,7 +23,6 @@ from ..training.run import claimed_output_dir, train
 from .parsing import OneLineErrors, unknown_flags_message
 
 
-HELP = "train or fine-tune a model on a Hub dataset, local files or the built-in synthetic pair"
 DEFAULT_OUTPUT_DIR = "outputs/train"
 STAGE_FLAGS = ("do_train", "do_eval", "do_predict")
 

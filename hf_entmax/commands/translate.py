@@ -42,7 +42,6 @@ from .parsing import CommandParser
 
 logger = logging.getLogger(__name__)
 
-HELP = "translate a text file line by line; with --reference, score BLEU and chrF"
 # Lines are sorted by length within blocks of this many batches (see `iter_translations`): enough for batches of
 # similar lengths, few enough that the output advances steadily.
 BATCHES_PER_BLOCK = 64
