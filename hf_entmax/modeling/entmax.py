@@ -110,22 +110,27 @@ def _scores_backward(grad_probs: torch.Tensor, weights: torch.Tensor, dim: int) 
     return weighted - weights * (weighted.sum(dim=dim, keepdim=True) / weights_sum)
 
 
-def _deformed_exp(shifted: torch.Tensor, beta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``p = [1 + β w]_+^(1/β)`` (``exp(w)`` at β = 0) and ``g = p^(1 − β)``, the Newton slope."""
+def _deformed_exp(
+    shifted: torch.Tensor, beta: torch.Tensor, is_softmax: torch.Tensor, safe_beta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``p = [1 + β w]_+^(1/β)`` (``exp(w)`` at β = 0) and ``g = p^(1 − β)``, the Newton slope.
+
+    ``is_softmax`` is ``β == 0`` and ``safe_beta`` is β with 1 there (a divisor): the caller computes them once per
+    solve rather than once per Newton step, which traced code would unroll.
+    """
     base_minus_one = (beta * shifted).clamp_min(-1.0)  # β w, where w = z − c ≤ 0
-    safe_beta = torch.where(beta == 0, 1.0, beta)
-    log_probs = torch.where(beta == 0, shifted, torch.log1p(base_minus_one) / safe_beta)
+    log_probs = torch.where(is_softmax, shifted, torch.log1p(base_minus_one) / safe_beta)
     probs = torch.exp(log_probs)
     base = 1.0 + base_minus_one
     slope = torch.where(probs > 0, probs / torch.where(base > 0, base, 1.0), 0.0)
     return probs, slope
 
 
-def _deformed_log(mass: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """``log_β(s) = (s^β − 1) / β`` (``log s`` at β = 0), computed without cancellation."""
-    log_mass = torch.log(mass)
-    safe_beta = torch.where(beta == 0, 1.0, beta)
-    return torch.where(beta == 0, log_mass, torch.expm1(beta * log_mass) / safe_beta)
+def _deformed_log(
+    log_mass: torch.Tensor, beta: torch.Tensor, is_softmax: torch.Tensor, safe_beta: torch.Tensor
+) -> torch.Tensor:
+    """``log_β(s) = (s^β − 1) / β`` (``log s`` at β = 0) from ``log s``, computed without cancellation."""
+    return torch.where(is_softmax, log_mass, torch.expm1(beta * log_mass) / safe_beta)
 
 
 def _entmax_newton(shifted: torch.Tensor, beta: torch.Tensor, empty_rows: torch.Tensor, dim: int) -> torch.Tensor:
@@ -140,15 +145,22 @@ def _entmax_newton(shifted: torch.Tensor, beta: torch.Tensor, empty_rows: torch.
     """
     tolerance = NEWTON_TOLERANCE_EPS * torch.finfo(shifted.dtype).eps
     normaliser = torch.zeros_like(shifted.sum(dim=dim, keepdim=True))
+    # Terms of β alone, out of the loop: traced code unrolls it, and each operation in it is one node per step.
+    is_softmax = beta == 0
+    safe_beta = torch.where(is_softmax, 1.0, beta)
+    one_minus_beta = 1 - beta
+    solved_rows = ~empty_rows
     traced = torch.compiler.is_compiling()
     for _ in range(_TRACED_NEWTON_STEPS[shifted.dtype] + 1 if traced else MAX_NEWTON_STEPS):
-        probs, slope = _deformed_exp(shifted - normaliser, beta)
+        probs, slope = _deformed_exp(shifted - normaliser, beta, is_softmax, safe_beta)
         mass = probs.sum(dim=dim, keepdim=True)
-        active = ((mass - 1).abs() > tolerance) & ~empty_rows
+        active = ((mass - 1).abs() > tolerance) & solved_rows
         if not traced and not bool(active.any()):
             break
         # h / |h'| with h' = −s^(β − 1) Σ g.
-        step = _deformed_log(mass, beta) * torch.exp((1 - beta) * torch.log(mass)) / slope.sum(dim=dim, keepdim=True)
+        log_mass = torch.log(mass)
+        h = _deformed_log(log_mass, beta, is_softmax, safe_beta)
+        step = h * torch.exp(one_minus_beta * log_mass) / slope.sum(dim=dim, keepdim=True)
         normaliser = torch.where(active, normaliser + step, normaliser)
     # The remaining error in the mass is below the tolerance; dividing it out makes Σ p = 1 exact.
     return probs / mass.clamp_min(torch.finfo(mass.dtype).tiny)
