@@ -1,7 +1,7 @@
 """Translation of inputs longer than training: softmax vs adaptive α-entmax vs ASEntmax, on joined Multi30k sentences.
 
     python benchmarks/bench_length_translation.py --data_dir ../shared/data/multi30k [--direction de-en]
-        [--variants softmax adaptive asentmax] [--positions sinusoidal nape-split] [--document_context 1 3]
+        [--variants softmax adaptive asentmax] [--positions sinusoidal rope] [--document_context 1 3]
         [--seeds 0 1 2] [--max_steps 1200] [--joins 1 2 4 8] [--runs_dir benchmarks/outputs/quality]
         [--markdown docs/benchmarks.md]
 
