@@ -149,12 +149,12 @@ def _entmax_newton(shifted: torch.Tensor, beta: torch.Tensor, empty_rows: torch.
     is_softmax = beta == 0
     safe_beta = torch.where(is_softmax, 1.0, beta)
     one_minus_beta = 1 - beta
-    solved_rows = ~empty_rows
+    nonempty_rows = ~empty_rows
     traced = torch.compiler.is_compiling()
     for _ in range(_TRACED_NEWTON_STEPS[shifted.dtype] + 1 if traced else MAX_NEWTON_STEPS):
         probs, slope = _deformed_exp(shifted - normaliser, beta, is_softmax, safe_beta)
         mass = probs.sum(dim=dim, keepdim=True)
-        active = ((mass - 1).abs() > tolerance) & solved_rows
+        active = ((mass - 1).abs() > tolerance) & nonempty_rows
         if not traced and not bool(active.any()):
             break
         # h / |h'| with h' = −s^(β − 1) Σ g.
