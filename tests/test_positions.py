@@ -19,7 +19,7 @@ from hf_entmax import AdaptiveEntmaxMarianForCausalLM, TranslationPipeline
 from hf_entmax.modeling import entmax as entmax_module
 from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.configuration_adaptive_entmax_marian import check_generation_settings, position_limit
-from hf_entmax.modeling.positions import alibi_directions, alibi_slopes, distance_bias, rotate
+from hf_entmax.modeling.positions import alibi_directions, alibi_slopes, distance_bias, rope_angles, rotate
 
 
 RELATIVE = ("rope", "alibi", "nape", "none")
@@ -34,13 +34,31 @@ def tiny_decoder(seed: int = 0, **overrides) -> AdaptiveEntmaxMarianForCausalLM:
     return AdaptiveEntmaxMarianForCausalLM(tiny_config(**settings)).eval()
 
 
+def rotated(states: torch.Tensor, start: int, theta: float) -> torch.Tensor:
+    return rotate(states, *rope_angles(states, start, theta))
+
+
+def test_rope_turns_each_pair_of_dimensions_as_a_complex_number():
+    generator = torch.Generator().manual_seed(0)
+    states = torch.randn(2, 3, 5, 8, generator=generator, dtype=torch.float64)
+    # Dimension d and d + D/2 are the real and imaginary part of one number, turned by p · θ^(−2d/D) at position p.
+    as_complex = torch.complex(states[..., :4], states[..., 4:])
+    angles = torch.arange(7, 12, dtype=torch.float64)[:, None] * 100.0 ** (-torch.arange(4, dtype=torch.float64) / 4)
+    turned = as_complex * torch.polar(torch.ones_like(angles), angles)
+    torch.testing.assert_close(rotated(states, 7, 100.0), torch.cat((turned.real, turned.imag), dim=-1))
+    # Half precision is rotated in float32 and returned in its own dtype.
+    half = rotated(states.to(torch.bfloat16), 7, 100.0)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half, rotated(states.to(torch.bfloat16).double(), 7, 100.0).to(torch.bfloat16))
+
+
 def test_rotated_products_depend_on_the_distance_alone():
     generator = torch.Generator().manual_seed(0)
     query, key = torch.randn(2, 1, 1, 1, 8, generator=generator, dtype=torch.float64)
     products = {}
     for query_position, key_position in [(3, 1), (10, 8), (500, 498), (7, 7), (9, 2)]:
-        rotated_query = rotate(query, query_position, 10000.0)
-        rotated_key = rotate(key, key_position, 10000.0)
+        rotated_query = rotated(query, query_position, 10000.0)
+        rotated_key = rotated(key, key_position, 10000.0)
         products[(query_position, key_position)] = float((rotated_query * rotated_key).sum())
     assert products[(3, 1)] == pytest.approx(products[(10, 8)], abs=1e-12)
     assert products[(3, 1)] == pytest.approx(products[(500, 498)], abs=1e-12)
@@ -48,9 +66,9 @@ def test_rotated_products_depend_on_the_distance_alone():
     assert products[(9, 2)] != pytest.approx(products[(3, 1)], abs=1e-3)
     # A rotation keeps the norm, and rotating a sequence from position p is rotating its tokens one by one.
     states = torch.randn(1, 2, 5, 8, generator=generator, dtype=torch.float64)
-    assert torch.allclose(rotate(states, 4, 100.0).norm(dim=-1), states.norm(dim=-1))
-    one_by_one = torch.cat([rotate(states[:, :, i : i + 1], 4 + i, 100.0) for i in range(5)], dim=2)
-    torch.testing.assert_close(rotate(states, 4, 100.0), one_by_one)
+    assert torch.allclose(rotated(states, 4, 100.0).norm(dim=-1), states.norm(dim=-1))
+    one_by_one = torch.cat([rotated(states[:, :, i : i + 1], 4 + i, 100.0) for i in range(5)], dim=2)
+    torch.testing.assert_close(rotated(states, 4, 100.0), one_by_one)
 
 
 def test_alibi_and_nape_slopes_and_bias():

@@ -63,7 +63,7 @@ from .configuration_adaptive_entmax_marian import (
     position_limit,
 )
 from .entmax import entmax, is_masked, native_entmax_attention
-from .positions import alibi_directions, alibi_slopes, distance_bias, rotate
+from .positions import alibi_directions, alibi_slopes, distance_bias, rope_angles, rotate
 from .sparsefinder_attention import (
     OperatingPoint,
     PredictedSparsity,
@@ -339,8 +339,9 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             key = self.k_proj(source).view(source_shape).transpose(1, 2)
             value = self.v_proj(source).view(source_shape).transpose(1, 2)
             if self.position_type == "rope":
-                query = rotate(query, query_start, self.rope_theta)
-                key = rotate(key, query_start, self.rope_theta)
+                # Self-attention: the new keys are at the queries' positions.
+                cos, sin = rope_angles(query, query_start, self.rope_theta)
+                query, key = rotate(query, cos, sin), rotate(key, cos, sin)
             if layer_cache is not None:
                 key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)
                 if is_cross_attention and isinstance(cache, EncoderDecoderCache):

@@ -82,28 +82,45 @@ def distance_bias(
     return bias.masked_fill(other_side, torch.finfo(dtype).min)
 
 
-def rotate(states: torch.Tensor, query_start: int | torch.Tensor, theta: float) -> torch.Tensor:
-    """RoPE: ``states`` at positions ``query_start …`` rotated, dimension d paired with d + D/2 (as Llama does).
+def rope_angles(states: torch.Tensor, start: int | torch.Tensor, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE's cosines and sines for ``states`` at positions ``start …``, to `rotate` queries and keys with.
+
+    Computed once for the queries and keys of a step: in cached decoding, with one position per step, the angles cost
+    more than rotating.
 
     Args:
-        states: Queries or keys ``(batch, heads, length, head_dim)``, ``head_dim`` even.
-        query_start: Position of the first of them (the number of tokens already cached).
+        states: Queries or keys ``(batch, heads, length, head_dim)``, ``head_dim`` even; only their length, size,
+            dtype and device are read.
+        start: Position of the first of them (the number of tokens already cached).
         theta: Base of the frequencies ``θ^(−2d/D)``.
 
     Returns:
-        The rotated states, same shape and dtype (the angles are computed in float32 at least: positions in the
-        thousands times a frequency need its precision).
+        ``(cos, sin)``, each ``(length, head_dim)``: the angle of dimension d repeated at d + D/2, in float32 at least
+        (positions in the thousands times a frequency need its precision).
     """
-    length, head_dim = states.shape[-2], states.shape[-1]
-    half = head_dim // 2
+    length, half = states.shape[-2], states.shape[-1] // 2
     dtype = torch.promote_types(states.dtype, torch.float32)
     frequencies = theta ** (-torch.arange(half, dtype=dtype, device=states.device) / half)  # (D/2,)
-    positions = (torch.arange(length, device=states.device) + query_start).to(dtype)
+    positions = (torch.arange(length, device=states.device) + start).to(dtype)
     angles = positions[:, None] * frequencies[None, :]  # (L, D/2)
-    cos, sin = angles.cos(), angles.sin()
-    first, second = states[..., :half].to(dtype), states[..., half:].to(dtype)
-    rotated = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
-    return rotated.to(states.dtype)
+    angles = torch.cat((angles, angles), dim=-1)  # (L, D): dimension d and d + D/2 turn by the same angle
+    return angles.cos(), angles.sin()
 
 
-__all__ = ["alibi_directions", "alibi_slopes", "distance_bias", "rotate"]
+def rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE: ``states`` rotated by `rope_angles`' ``cos`` and ``sin``, dimension d paired with d + D/2 (as Llama does).
+
+    Args:
+        states: Queries or keys ``(batch, heads, length, head_dim)``.
+        cos, sin: ``(length, head_dim)`` from `rope_angles`, whose dtype the rotation is computed in.
+
+    Returns:
+        The rotated states, same shape and dtype.
+    """
+    half = states.shape[-1] // 2
+    promoted = states.to(cos.dtype)
+    first, second = promoted[..., :half], promoted[..., half:]
+    return (promoted * cos + torch.cat((-second, first), dim=-1) * sin).to(states.dtype)
+
+
+__all__ = ["alibi_directions", "alibi_slopes", "distance_bias", "rope_angles", "rotate"]

@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerBase
 from ..analysis.collect import teacher_forced_attention
 from ..errors import HfEntmaxValueError
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention, AdaptiveEntmaxMarianMTModel
-from ..modeling.positions import rotate
+from ..modeling.positions import rope_angles, rotate
 
 
 @dataclass
@@ -99,7 +99,7 @@ def collect_attention(
             if module.position_type == "rope":
                 # Attention (and with it the predictor's graph) sees them rotated by their positions, which
                 # teacher forcing numbers from 0.
-                states = rotate(states, 0, module.rope_theta)
+                states = rotate(states, *rope_angles(states, 0, module.rope_theta))
             captured[(module.attention_type, module.layer_idx, part)] = states
 
         return hook
