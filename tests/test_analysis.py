@@ -12,12 +12,13 @@ from transformers import MarianMTModel
 
 from hf_entmax import ModelAnalysis, analyze_model
 from hf_entmax.analysis.collect import AttentionTypeStatistics
-from hf_entmax.analysis.findings import comparison_findings, findings, summarize
+from hf_entmax.analysis.findings import comparison_findings, findings, percent, summarize
 from hf_entmax.analysis.report import write_report
 from hf_entmax.analysis.statistics import (
     allowed_keys,
     attention_density,
     head_divergence,
+    largest_weight,
     masked_mean,
     mass_per_token,
     offset_mass,
@@ -51,6 +52,19 @@ def test_density_counts_exact_zeros_among_the_keys_a_query_may_attend_to():
     causal = allowed_keys(real, real, causal=True)
     density, counted = attention_density(one_hot([0, 0, 1, 0], 4)[None, None], causal)
     assert density[0, 0, :3].tolist() == pytest.approx([1.0, 1 / 2, 1 / 3])
+
+
+def test_largest_weight_is_one_for_a_head_on_one_key_and_one_over_n_for_an_even_head():
+    real = torch.tensor([[True, True, True, False]])
+    allowed = allowed_keys(real, real)
+    uniform = allowed[0].float() / allowed[0].float().sum(-1, keepdim=True).clamp(min=1)
+    # Head 2 puts its largest weight on the padding key, which a query may not attend to: it does not count.
+    on_padding = torch.tensor([[0.2, 0.1, 0.1, 0.6]]).expand(4, 4)
+    attention = torch.stack([uniform, one_hot([1, 0, 1, 0], 4), on_padding])[None]  # (1, 3, 4, 4)
+
+    largest, counted = largest_weight(attention, allowed)
+    assert counted.tolist() == [[True, True, True, False]]
+    torch.testing.assert_close(masked_mean(largest, counted), torch.tensor([1 / 3, 1.0, 0.2]))
 
 
 def test_js_divergence_is_zero_for_identical_heads_and_one_for_disjoint_heads():
@@ -166,6 +180,7 @@ def test_findings_come_from_statistics_alone():
     statistics = AttentionTypeStatistics(
         alpha=torch.tensor([[1.9, 1.05], [1.5, 1.0]]),
         density=torch.tensor([[0.3, 1.0], [0.8, 0.5]]),
+        largest_weight=torch.tensor([[0.9, 0.3], [0.6, 0.5]]),
         js_divergence=torch.tensor([0.2, 0.4]),
         previous_token_mass=torch.tensor([[0.7, 0.1], [0.2, 0.1]]),
         next_token_mass=None,
@@ -197,8 +212,8 @@ def test_findings_come_from_statistics_alone():
     assert [summary["cross"][name] for name in counts] == [1, 2, 1]
     models = [{"name": "made", "summary": summary}, {"name": "again", "summary": summary}]
     assert comparison_findings(models)[2] == (
-        "Cross-attention, density: made 65%, again 65%; head diversity (JS): made 0.30, again 0.30 bits; "
-        "positional heads: made 1, again 1."
+        "Cross-attention, density: made 65%, again 65%; largest weight: made 0.57, again 0.57; head diversity (JS): "
+        "made 0.30, again 0.30 bits; positional heads: made 1, again 1."
     )
 
 
@@ -256,6 +271,9 @@ def test_analyze_command_compares_models_in_figures_and_report(model_folders, ca
         assert all(0 < value <= 1 for row in densities for value in row)
         assert ours["summary"][kind]["mean_density"] == pytest.approx(torch.tensor(densities).mean().item(), abs=1e-4)
         assert marian["summary"][kind]["mean_density"] == 1.0 and marian["summary"][kind]["mean_alpha"] == 1.0
+        largest = torch.tensor(ours["attention"][kind]["largest_weight"])
+        assert largest.shape == torch.tensor(densities).shape and bool(((largest > 0) & (largest <= 1)).all())
+        assert ours["summary"][kind]["mean_largest_weight"] == pytest.approx(largest.mean().item(), abs=1e-4)
     assert min(min(row) for row in ours["attention"]["cross"]["density"]) < 1  # α-entmax gives exact zeros
     assert ours["alpha_history"][-1]["step"] == 20 and marian["alpha_history"] is None
     assert len(report["comparison"]) == 3
@@ -271,6 +289,8 @@ def test_analyze_command_compares_models_in_figures_and_report(model_folders, ca
     assert "## Findings: adaptive" in markdown and "## Per head: marian" in markdown
     assert "Over training (steps 10–20), mean α went 1.50 →" in markdown
     assert "in bits (base 2" in markdown
+    cross = ours["summary"]["cross"]
+    assert f"| {percent(cross['mean_density'])} | {cross['mean_largest_weight']:.2f} |" in markdown
 
 
 def test_analyze_command_without_targets_reads_greedy_translations(model_folders, capsys):

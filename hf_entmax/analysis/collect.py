@@ -27,6 +27,7 @@ from .statistics import (
     allowed_keys,
     attention_density,
     head_divergence,
+    largest_weight,
     mass_per_token,
     offset_mass,
     same_word_mass,
@@ -35,7 +36,7 @@ from .statistics import (
 
 
 SELF_ATTENTION_TYPES = ("encoder_self", "decoder_self")
-LAYER_STATISTICS = ("density", "js_divergence")
+LAYER_STATISTICS = ("density", "largest_weight", "js_divergence")
 # Positions and words are those of the query's own sequence: these exist in self-attention only.
 SELF_ATTENTION_STATISTICS = ("previous_token_mass", "next_token_mass", "same_word_mass")
 # How many of the most attended tokens are kept per head.
@@ -92,6 +93,7 @@ class AttentionTypeStatistics:
     Attributes:
         alpha: ``(layers, heads)`` α of each head (1 for softmax).
         density: ``(layers, heads)`` mean fraction of non-zero weights per query, among the keys it may attend to.
+        largest_weight: ``(layers, heads)`` mean over queries of the largest weight a query gives.
         js_divergence: ``(layers,)`` mean Jensen–Shannon divergence between the layer's heads, in bits.
         previous_token_mass, next_token_mass: ``(layers, heads)`` mean probability on the key one position
             before / after the query; self-attention only (None for cross-attention); NaN where never defined
@@ -106,6 +108,7 @@ class AttentionTypeStatistics:
 
     alpha: torch.Tensor
     density: torch.Tensor
+    largest_weight: torch.Tensor
     js_divergence: torch.Tensor
     previous_token_mass: torch.Tensor | None
     next_token_mass: torch.Tensor | None
@@ -117,7 +120,7 @@ class AttentionTypeStatistics:
     def to_dict(self) -> dict[str, Any]:
         """Plain lists for JSON: NaN becomes None; ``"scaling"`` only where the queries are scaled."""
         result: dict[str, Any] = {}
-        for name in ("alpha", "density", "js_divergence", "previous_token_mass", "next_token_mass", "same_word_mass"):
+        for name in ("alpha", *LAYER_STATISTICS, *SELF_ATTENTION_STATISTICS):
             values = getattr(self, name)
             result[name] = None if values is None else _nan_to_none(values.tolist())
         result["top_tokens"] = [
@@ -502,6 +505,7 @@ class _Collector:
             for layer, attention in enumerate(layers):  # attention: (B, H, Q, K)
                 attention = attention.float()
                 sums["density"][layer].add(*attention_density(attention, allowed[kind]))
+                sums["largest_weight"][layer].add(*largest_weight(attention, allowed[kind]))
                 sums["js_divergence"][layer].add(*head_divergence(attention, allowed[kind]))
                 if kind in SELF_ATTENTION_TYPES:
                     sums["previous_token_mass"][layer].add(*offset_mass(attention, allowed[kind], -1))
@@ -566,6 +570,7 @@ class _Collector:
             results[kind] = AttentionTypeStatistics(
                 alpha=alphas[kind].float(),
                 density=stacked["density"],
+                largest_weight=stacked["largest_weight"],
                 js_divergence=stacked["js_divergence"],
                 previous_token_mass=stacked.get("previous_token_mass"),
                 next_token_mass=stacked.get("next_token_mass"),

@@ -49,6 +49,9 @@ DEFINITIONS = {
     "alpha": "α of the head's α-entmax (1 = softmax, 2 = sparsemax); 1 for every head of a softmax model.",
     "density": "mean over queries of the fraction of the keys a query may attend to (not padding, not future "
     "tokens) that get a non-zero weight; exact zeros count as zeros.",
+    "largest_weight": "mean over queries of the largest weight a query gives a key (1: all its mass on one key; "
+    "1/n: spread evenly over n). A cross-attention head that aligns target words with the source words they "
+    "translate keeps it high; one that has not found them spreads its mass, dense or sparse.",
     "js_divergence": "mean over queries of the mean Jensen–Shannon divergence between the layer's pairs of heads, "
     "in bits (base 2, so in [0, 1]; 0 for identical heads).",
     "previous_token_mass": "mean probability a query puts on the token just before it (self-attention only).",
@@ -82,7 +85,8 @@ def mean_sparsity(analysis: ModelAnalysis) -> dict[str, float]:
 
 
 def summarize(analysis: ModelAnalysis) -> dict[str, dict[str, Any]]:
-    """Headline numbers per attention type: α range and mean, mean density and JS divergence, role counts."""
+    """Headline numbers per attention type: α range and mean, mean density, largest weight and JS divergence, role
+    counts."""
     summary = {}
     for kind, statistics in analysis.attention.items():
         alpha = statistics.alpha
@@ -91,6 +95,7 @@ def summarize(analysis: ModelAnalysis) -> dict[str, dict[str, Any]]:
             "min_alpha": round(alpha.min().item(), 4),
             "max_alpha": round(alpha.max().item(), 4),
             "mean_density": round(statistics.density.nanmean().item(), 4),
+            "mean_largest_weight": round(statistics.largest_weight.nanmean().item(), 4),
             "mean_js_divergence": round(statistics.js_divergence.mean().item(), 4),
             "heads": alpha.numel(),
             "near_sparsemax_heads": int((alpha > NEAR_SPARSEMAX_ALPHA).sum()),
@@ -232,6 +237,8 @@ def comparison_findings(models: list[dict[str, Any]]) -> list[str]:
         sentences.append(
             f"{title}, density: "
             + ", ".join(f"{name} {percent(summary['mean_density'])}" for name, summary in summaries)
+            + "; largest weight: "
+            + ", ".join(f"{name} {summary['mean_largest_weight']:.2f}" for name, summary in summaries)
             + "; head diversity (JS): "
             + ", ".join(f"{name} {summary['mean_js_divergence']:.2f}" for name, summary in summaries)
             + " bits; positional heads: "

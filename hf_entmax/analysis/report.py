@@ -214,11 +214,13 @@ def render_markdown(report: dict[str, Any], analyses: list[ModelAnalysis]) -> st
 
 
 def summary_table(models: list[dict[str, Any]]) -> str:
-    """Markdown table of ``report.json``'s per-model ``summary``: a row per model and attention type."""
+    """Markdown table of ``report.json``'s per-model ``summary``: a row per model and attention type (a report written
+    before the largest weight was measured shows "–" for it)."""
     lines = [
-        f"| model | attention | mean α (range) | density | JS divergence (bits) | heads α > {NEAR_SPARSEMAX_ALPHA} "
-        f"| heads density ≤ {percent(LOW_DENSITY)} | positional heads | subword heads |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| model | attention | mean α (range) | density | largest weight | JS divergence (bits) "
+        f"| heads α > {NEAR_SPARSEMAX_ALPHA} | heads density ≤ {percent(LOW_DENSITY)} | positional heads "
+        "| subword heads |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for model in models:
         for kind in ATTENTION_TYPES:
@@ -226,15 +228,21 @@ def summary_table(models: list[dict[str, Any]]) -> str:
             lines.append(
                 f"| {model['name']} | {ATTENTION_TITLES[kind]} | {summary['mean_alpha']:.2f} "
                 f"({summary['min_alpha']:.2f}–{summary['max_alpha']:.2f}) | {percent(summary['mean_density'])} "
-                f"| {summary['mean_js_divergence']:.3f} | {summary['near_sparsemax_heads']}/{summary['heads']} "
+                f"| {_two_decimals(summary.get('mean_largest_weight'))} | {summary['mean_js_divergence']:.3f} "
+                f"| {summary['near_sparsemax_heads']}/{summary['heads']} "
                 f"| {summary['low_density_heads']}/{summary['heads']} "
                 f"| {summary['positional_heads']} | {summary['subword_heads']} |"
             )
     return "\n".join(lines)
 
 
+def _two_decimals(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
 def head_table(statistics: AttentionTypeStatistics) -> str:
-    """Markdown table of one attention type: a row per head with α, density, role masses and top tokens, and
+    """Markdown table of one attention type: a row per head with α, density, largest weight, role masses and top
+    tokens, and
     ASEntmax's β, γ and factor at the most keys of the sample and `LONG_INPUT_MULTIPLE` times that, when scaled."""
     roles = [(name, label) for name, label in (("previous_token_mass", "previous"), ("next_token_mass", "next"),
              ("same_word_mass", "same word")) if getattr(statistics, name) is not None]  # fmt: skip
@@ -244,7 +252,8 @@ def head_table(statistics: AttentionTypeStatistics) -> str:
         key_counts = [scaling.key_counts[1], LONG_INPUT_MULTIPLE * scaling.key_counts[1]]
         scaling_header = ["β", "γ", *(f"factor at n = {num_keys}" for num_keys in key_counts)]
         factors = scaling.factor(key_counts)  # (layers, heads, 2)
-    header = ["layer", "head", "α", *scaling_header, "density", *(label for _, label in roles), "most attended tokens"]
+    header = ["layer", "head", "α", *scaling_header, "density", "largest weight", *(label for _, label in roles)]
+    header.append("most attended tokens")
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     num_layers, num_heads = statistics.alpha.shape
     for layer in range(num_layers):
@@ -253,7 +262,7 @@ def head_table(statistics: AttentionTypeStatistics) -> str:
             if scaling is not None:
                 cells += [f"{scaling.beta[layer, head]:.3f}", f"{scaling.gamma[layer, head]:.3f}"]
                 cells += [f"{factor:.3f}" for factor in factors[layer, head].tolist()]
-            cells.append(percent(statistics.density[layer, head]))
+            cells += [percent(statistics.density[layer, head]), f"{statistics.largest_weight[layer, head]:.2f}"]
             cells += [percent(getattr(statistics, name)[layer, head]) for name, _ in roles]
             cells.append(
                 ", ".join(
@@ -331,7 +340,8 @@ def model_card_section(
         f"Measured with `hf-entmax analyze` on {model['num_sentences']} sentences"
         + (f" from {report['sample']}" if report.get("sample") else "")
         + ". Density is the mean fraction of the tokens a query may attend to that get a non-zero weight "
-        "(softmax: 100%); head diversity is the mean Jensen–Shannon divergence between a layer's heads (bits).",
+        "(softmax: 100%); the largest weight, the mean over queries of the largest weight a query gives (1: all on "
+        "one key); head diversity is the mean Jensen–Shannon divergence between a layer's heads (bits).",
         "",
         summary_table(report["models"]),
         "",

@@ -50,6 +50,19 @@ def attention_density(attention: torch.Tensor, allowed: torch.Tensor) -> tuple[t
     return density, num_allowed > 0
 
 
+def largest_weight(attention: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The largest weight each query gives a key: 1 when all its mass is on one key, 1/n when spread evenly over n.
+
+    A head that aligns (a target word to the source word it translates) keeps this high whatever its α; one that has
+    not found what to attend to spreads its mass and keeps it low, dense or sparse.
+
+    Returns:
+        ``(largest, counted)``: ``(B, H, Q)`` in [0, 1] and the ``(B, Q)`` mask of real queries.
+    """
+    largest = attention.masked_fill(~allowed[:, None], 0.0).amax(-1)  # (B, H, Q)
+    return largest, allowed.any(-1)
+
+
 def entropy_bits(probabilities: torch.Tensor) -> torch.Tensor:
     """Shannon entropy in bits along the last dimension, with 0·log 0 = 0 (exact zeros are fine)."""
     return -torch.special.xlogy(probabilities, probabilities).sum(-1) / math.log(2)
@@ -186,6 +199,7 @@ __all__ = [
     "attention_density",
     "entropy_bits",
     "head_divergence",
+    "largest_weight",
     "masked_mean",
     "mass_per_token",
     "offset_mass",
