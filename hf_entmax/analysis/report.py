@@ -242,8 +242,8 @@ def _two_decimals(value: float | None) -> str:
 
 def head_table(statistics: AttentionTypeStatistics) -> str:
     """Markdown table of one attention type: a row per head with α, density, largest weight, role masses and top
-    tokens, and
-    ASEntmax's β, γ and factor at the most keys of the sample and `LONG_INPUT_MULTIPLE` times that, when scaled."""
+    tokens, and ASEntmax's β, γ and factor at the most keys of the sample and `LONG_INPUT_MULTIPLE` times that, when
+    scaled."""
     roles = [(name, label) for name, label in (("previous_token_mass", "previous"), ("next_token_mass", "next"),
              ("same_word_mass", "same word")) if getattr(statistics, name) is not None]  # fmt: skip
     scaling = statistics.scaling
@@ -340,8 +340,8 @@ def model_card_section(
         f"Measured with `hf-entmax analyze` on {model['num_sentences']} sentences"
         + (f" from {report['sample']}" if report.get("sample") else "")
         + ". Density is the mean fraction of the tokens a query may attend to that get a non-zero weight "
-        "(softmax: 100%); the largest weight, the mean over queries of the largest weight a query gives (1: all on "
-        "one key); head diversity is the mean Jensen–Shannon divergence between a layer's heads (bits).",
+        "(softmax: 100%); the largest weight is the mean over queries of the largest weight a query gives (1: all "
+        "on one key); head diversity is the mean Jensen–Shannon divergence between a layer's heads (bits).",
         "",
         summary_table(report["models"]),
         "",
