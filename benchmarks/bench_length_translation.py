@@ -10,13 +10,13 @@
    pairs, and only the flags that define the variant: `softmax` (α = 1 fixed) and `adaptive` (learned α and
    softmax-matched queries, the defaults) as bench_quality defines them, and `asentmax` = `adaptive` with
    ``--attention_scaling asentmax`` in place of the softmax-matched queries. Each variant is trained with every
-   ``--positions`` (`POSITIONS`: sinusoidal, the default; rope; nape; nape-split and alibi-split, ALiBi's
-   encoder heads given one side each) and every ``--document_context`` N (1: sentences only, the default; N > 1:
-   `hf-entmax train --document_context N`, which adds examples of 2 … N consecutive training pairs joined); a run's
-   name adds ``+POSITIONS`` and ``+docN`` to the variant's where they are not the defaults. Runs
-   already finished in ``--runs_dir`` are read, not repeated; the default is bench_quality's own folder, so its
-   softmax and adaptive runs of the same steps and seeds serve both benchmarks. A reused run is checked: its
-   attention settings, steps, batch size and seed must be this benchmark's.
+   ``--positions`` (`POSITIONS`: sinusoidal, the default; rope; rope-cross, RoPE in cross-attention too; nape;
+   nape-split and alibi-split, ALiBi's encoder heads given one side each) and every ``--document_context`` N (1:
+   sentences only, the default; N > 1: `hf-entmax train --document_context N`, which adds examples of 2 … N
+   consecutive training pairs joined); a run's name adds ``+POSITIONS`` and ``+docN`` to the variant's where they
+   are not the defaults. Runs already finished in ``--runs_dir`` are read, not repeated; the default is
+   bench_quality's own folder, so its softmax and adaptive runs of the same steps and seeds serve both benchmarks. A
+   reused run is checked: its attention settings, steps, batch size and seed must be this benchmark's.
 2. Longer inputs. The test set (`test_2016_flickr`, 1,000 sentences) is cut into consecutive groups of k sentences
    (k in ``--joins``; a last incomplete group is left out); each group's sources joined with a space make one input
    line, its references joined likewise the reference. k = 1 is the ordinary test set.
@@ -78,6 +78,7 @@ SPARSEFINDER_TABLE = "length-translation-sparsefinder"
 POSITIONS = {
     "sinusoidal": [],
     "rope": ["--position_embedding_type", "rope"],
+    "rope-cross": ["--position_embedding_type", "rope", "--cross_attention_positions", "rope"],
     "nape": ["--position_embedding_type", "nape"],
     "nape-split": ["--position_embedding_type", "nape", "--encoder_alibi_directions", "split"],
     "alibi-split": ["--position_embedding_type", "alibi", "--encoder_alibi_directions", "split"],
@@ -161,7 +162,7 @@ def check_run(folder: Path, spec: RunSpec, seed: int, arguments: argparse.Namesp
     position_flags = dict(zip(POSITIONS[spec.positions][::2], POSITIONS[spec.positions][1::2], strict=True))
     # The config class fills in an option's default, also where a config was saved before the option existed.
     loaded, defaults = AdaptiveEntmaxMarianConfig.from_pretrained(folder), AdaptiveEntmaxMarianConfig()
-    position_keys = ("position_embedding_type", "encoder_alibi_directions")
+    position_keys = ("position_embedding_type", "encoder_alibi_directions", "cross_attention_positions")
     expected_positions = {key: position_flags.get(f"--{key}", getattr(defaults, key)) for key in position_keys}
     found = {key: config.get(key) for key in EXPECTED_CONFIG[spec.variant]}
     found |= {key: getattr(loaded, key) for key in position_keys}

@@ -76,12 +76,15 @@ LOGIT_TOLERANCE = 1e-4
 # Sinusoidal positions are the next test's (its model is the default one, with ASEntmax).
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("scaling", "positions", "directions"),
-    [("asentmax", "nape", "both"), (None, "alibi", "split"), (None, "rope", "both")],
+    ("scaling", "positions", "directions", "cross_positions"),
+    [("asentmax", "nape", "both", "none"), (None, "alibi", "split", "none"), (None, "rope", "both", "rope")],
 )
-def test_torch_export_of_a_model_with_learned_alpha(scaling, positions, directions):
+def test_torch_export_of_a_model_with_learned_alpha(scaling, positions, directions, cross_positions):
     model = one_layer_model(
-        attention_scaling=scaling, position_embedding_type=positions, encoder_alibi_directions=directions
+        attention_scaling=scaling,
+        position_embedding_type=positions,
+        encoder_alibi_directions=directions,
+        cross_attention_positions=cross_positions,
     )
     inputs = model_inputs()
     with torch.no_grad():
@@ -185,16 +188,18 @@ def assert_same_generation(actual, expected) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("scaling", "positions"),
-    [(None, "sinusoidal"), ("asentmax_per_token", "nape"), ("ssmax", "rope")],
+    ("scaling", "positions", "cross_positions"),
+    [(None, "sinusoidal", "none"), ("asentmax_per_token", "nape", "none"), ("ssmax", "rope", "rope")],
 )
-def test_compiled_static_cache_greedy_decoding_gives_the_eager_tokens(scaling, positions):
+def test_compiled_static_cache_greedy_decoding_gives_the_eager_tokens(scaling, positions, cross_positions):
     """transformers' own path: with a static cache, generate compiles the decoding step (on accelerators; the
     CompileConfig flag forces it on the CPU, as transformers' tests do), with fullgraph=True and no recompilation for
     a second batch of the same shape. Relative positions number the queries from the static cache's count of tokens,
-    not from its (fixed) length."""
+    not from its (fixed) length, in self- and cross-attention."""
     torch.compiler.reset()
-    model = one_layer_model(attention_scaling=scaling, position_embedding_type=positions)
+    model = one_layer_model(
+        attention_scaling=scaling, position_embedding_type=positions, cross_attention_positions=cross_positions
+    )
     compile_config = CompileConfig(fullgraph=True, dynamic=False, backend="eager")
     compile_config._compile_all_devices = True
     compiled_generation = dict(GENERATION, cache_implementation="static", compile_config=compile_config)

@@ -19,10 +19,15 @@ from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 SOURCES = ["der kleine hund läuft", "zwei katzen schlafen im haus", "ein mann"]
 
 
-# Marian's positions, and the relative ones whose code is the most of its own (the bias, the split directions).
+# Marian's positions, and the relative ones whose code is the most of its own (the bias, the split directions; the
+# rotations, in cross-attention too).
 @pytest.fixture(
-    params=[{}, {"position_embedding_type": "nape", "encoder_alibi_directions": "split"}],
-    ids=["sinusoidal", "nape-split"],
+    params=[
+        {},
+        {"position_embedding_type": "nape", "encoder_alibi_directions": "split"},
+        {"position_embedding_type": "rope", "cross_attention_positions": "rope"},
+    ],
+    ids=["sinusoidal", "nape-split", "rope-cross"],
 )
 def saved_folder(tmp_path, tokenizer, request):
     model = tiny_model(vocab_size=len(tokenizer), init_std=0.5, **request.param)

@@ -117,12 +117,26 @@ def test_a_fresh_run_trains_the_positions_it_is_given_and_says_so_everywhere(tmp
         (["--position_embedding_type", "rope", "--rope_theta", "500"], "rope", 500.0),
         (["--position_embedding_type", "alibi"], "alibi", 10000.0),
         (["--position_embedding_type", "none"], "none", 10000.0),
+        (["--cross_attention_positions", "rope", "--rope_theta", "500"], "sinusoidal", 500.0),
     ],
 )
 def test_position_flags_make_a_fresh_models_config(train_tokenizer, flags, positions, theta):
     config = fresh_model(train_tokenizer, *flags).config
     assert (config.position_embedding_type, config.rope_theta) == (positions, theta)
     assert config.encoder_alibi_directions == "both"
+    assert config.cross_attention_positions == ("rope" if "--cross_attention_positions" in flags else "none")
+
+
+def test_rotated_cross_attention_is_a_fresh_models_choice_and_a_checkpoints_own(
+    tmp_path, marian_folder, train_tokenizer
+):
+    tiny_model(vocab_size=len(train_tokenizer), cross_attention_positions="rope").save_pretrained(tmp_path)
+    assert checkpoint_model(tmp_path, train_tokenizer).config.cross_attention_positions == "rope"
+    assert checkpoint_model(tmp_path, train_tokenizer, "--rope_theta", "10000").config.rope_theta == 10000.0
+    with pytest.raises(HfEntmaxValueError, match=r"--cross_attention_positions none: .* has 'rope', which its"):
+        checkpoint_model(tmp_path, train_tokenizer, "--cross_attention_positions", "none")
+    with pytest.raises(HfEntmaxValueError, match=r"--cross_attention_positions rope: .* has 'none', which its"):
+        checkpoint_model(marian_folder, train_tokenizer, "--cross_attention_positions", "rope")
 
 
 def test_split_directions_are_a_fresh_models_choice_and_a_checkpoints_own(nape_folder, train_tokenizer):
@@ -163,6 +177,10 @@ def test_a_rope_checkpoint_keeps_its_theta(tmp_path, train_tokenizer):
         ),
         (["--rope_theta", "1"], "--rope_theta must be a finite number > 1, got '1'"),
         (["--encoder_alibi_directions", "left"], "--encoder_alibi_directions must be one of both, split, got 'left'"),
+        (
+            ["--cross_attention_positions", "alibi"],
+            "--cross_attention_positions must be one of none, rope, got 'alibi'",
+        ),
         (
             ["--encoder_alibi_directions", "split"],
             "invalid model settings: `encoder_alibi_directions`='split' splits the heads of ALiBi's distance penalty",

@@ -16,6 +16,7 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoModelForCausalLM
 
 from hf_entmax import AdaptiveEntmaxMarianForCausalLM, TranslationPipeline
+from hf_entmax.common.config import describe_positions
 from hf_entmax.modeling import entmax as entmax_module
 from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.configuration_adaptive_entmax_marian import check_generation_settings, position_limit
@@ -126,11 +127,51 @@ def test_attention_weights_are_entmax_of_the_scores_plus_the_distance_bias(
     assert (out.encoder_attentions[0] == 0).any()
 
 
+@pytest.mark.parametrize("position_type", ["sinusoidal", "rope"])
+def test_rotated_cross_attention_compares_target_and_source_positions(batch, position_type, attention_path):
+    """With cross_attention_positions='rope', target token i's query and source token j's key are rotated by i and j
+    (the source counted from its first token), so their score depends on i − j; self-attention is as before."""
+    model = tiny_model(
+        init_std=0.5, alpha_init=1.5, position_embedding_type=position_type, cross_attention_positions="rope"
+    )
+    module = model.model.decoder.layers[1].encoder_attn
+    inputs = {}
+    module.register_forward_pre_hook(
+        lambda mod, args, kwargs: inputs.update(target=args[0], source=kwargs["key_value_states"]), with_kwargs=True
+    )
+    out = model(**batch, output_attentions=True)
+    batch_size, target_len, source_len = 2, 4, 6
+    query = module.q_proj(inputs["target"]).view(batch_size, target_len, 4, 8).transpose(1, 2) * 8**-0.5
+    key = module.k_proj(inputs["source"]).view(batch_size, source_len, 4, 8).transpose(1, 2)
+    scores = (rotated(query.double(), 0, 10000.0) @ rotated(key.double(), 0, 10000.0).transpose(-1, -2)).double()
+    padding = (batch["attention_mask"] == 0)[:, None, None, :]
+    expected = entmax_module.entmax(scores.masked_fill(padding, float("-inf")), 1.5, dim=-1)
+    torch.testing.assert_close(out.cross_attentions[1].double(), expected, atol=1e-5, rtol=1e-5)
+    unrotated = tiny_model(init_std=0.5, alpha_init=1.5, position_embedding_type=position_type)
+    assert torch.equal(unrotated(**batch).encoder_last_hidden_state, out.encoder_last_hidden_state)
+    assert not torch.allclose(unrotated(**batch).logits, out.logits)
+
+
+def test_rotated_cross_attention_is_checked_and_described():
+    with pytest.raises(StrictDataclassError, match="`cross_attention_positions` must be one of 'none', 'rope'"):
+        tiny_config(cross_attention_positions="alibi")
+    with pytest.raises(StrictDataclassError, match="`decoder_attention_heads` = 9 is odd"):
+        tiny_config(cross_attention_positions="rope", d_model=36, encoder_attention_heads=3, decoder_attention_heads=4)
+    with pytest.raises(ValueError, match="which a decoder-only model does not have"):
+        tiny_decoder(cross_attention_positions="rope")
+    described = describe_positions(tiny_config(cross_attention_positions="rope", rope_theta=500.0))
+    assert described == (
+        "sinusoidal (Marian's): fixed vectors added to the token embeddings; cross-attention rotates target queries "
+        "and source keys by their positions (RoPE, θ = 500), and inputs of up to 64 tokens (max_position_embeddings)"
+    )
+
+
 @pytest.mark.parametrize("position_type", [*RELATIVE, "sinusoidal"])
 def test_cached_decoding_computes_what_the_whole_sequence_does(position_type):
     """Step-by-step logits with the cache equal those of one pass over the whole sequence, in both models."""
     for model, kwargs in [
         (tiny_model(init_std=0.3, position_embedding_type=position_type), {}),
+        (tiny_model(init_std=0.3, position_embedding_type=position_type, cross_attention_positions="rope"), {}),
         (tiny_decoder(position_embedding_type=position_type, attention_scaling="asentmax"), None),
     ]:
         tokens = torch.tensor([[BOS, 5, 9, 7, 11, 4, 6, 8]])
@@ -384,13 +425,22 @@ def test_the_decoder_only_example_of_the_docs_runs_as_shown():
     assert (namespace["labels"][0, :5] == -100).all()
 
 
-@pytest.mark.parametrize("position_type", ["rope", "sinusoidal"])
-def test_sparsefinder_collects_the_queries_and_keys_attention_sees(tokenizer, monkeypatch, position_type):
+@pytest.mark.parametrize(
+    ("position_type", "cross_positions"), [("rope", "none"), ("sinusoidal", "none"), ("sinusoidal", "rope")]
+)
+def test_sparsefinder_collects_the_queries_and_keys_attention_sees(
+    tokenizer, monkeypatch, position_type, cross_positions
+):
     """The predictor's graph is computed from the queries and keys that reach the attention function (rotated under
     RoPE): training data for it must be the same ones."""
     from hf_entmax.sparsefinder.collect import collect_attention
 
-    model = tiny_model(vocab_size=len(tokenizer), init_std=0.3, position_embedding_type=position_type)
+    model = tiny_model(
+        vocab_size=len(tokenizer),
+        init_std=0.3,
+        position_embedding_type=position_type,
+        cross_attention_positions=cross_positions,
+    )
     seen = {}
     original = modeling.entmax_attention_forward
 
@@ -399,10 +449,9 @@ def test_sparsefinder_collects_the_queries_and_keys_attention_sees(tokenizer, mo
         return original(module, query, key, *args, **kwargs)
 
     monkeypatch.setattr(modeling, "entmax_attention_forward", recording)
-    sample = collect_attention(
-        model, tokenizer, ["der kleine hund"], ["the small dog"], ("encoder_self", "decoder_self"), progress=False
-    )
-    for kind in ("encoder_self", "decoder_self"):
+    kinds = ("encoder_self", "decoder_self", "cross")
+    sample = collect_attention(model, tokenizer, ["der kleine hund"], ["the small dog"], kinds, progress=False)
+    for kind in kinds:
         batch = sample.layers[kind][0][0]
         query, key = seen[(kind, 0)]
         torch.testing.assert_close(batch.query, query.float())

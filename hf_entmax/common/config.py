@@ -37,13 +37,19 @@ def describe_positions(config: PreTrainedConfig) -> str:
     if getattr(config, "encoder_alibi_directions", "both") == "split":
         what += "; the encoder's biased heads see the keys up to the query and from it in turn (split directions)"
     limit = position_limit(config)
+    length = "inputs may be of any length"
     if limit is not None:
-        return f"{what}; inputs of up to {limit} tokens (max_position_embeddings)"
-    if kind == "none":
-        return f"{what}; inputs may be of any length"
+        length = f"inputs of up to {limit} tokens (max_position_embeddings)"
+    if getattr(config, "cross_attention_positions", "none") == "rope":
+        return (
+            f"{what}; cross-attention rotates target queries and source keys by their positions (RoPE, θ = "
+            f"{getattr(config, 'rope_theta', 0):g}), and {length}"
+        )
+    if kind in ("sinusoidal", "none"):
+        return f"{what}; {length}"
     # A term in the scores of self-attention only: cross-attention compares every target token with every source
     # token, wherever they are.
-    return f"{what}; cross-attention has no position term, and inputs may be of any length"
+    return f"{what}; cross-attention has no position term, and {length}"
 
 
 def is_scaling_parameter(name: str) -> bool:

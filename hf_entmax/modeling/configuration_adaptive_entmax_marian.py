@@ -234,6 +234,8 @@ class ScalingOptions:
 POSITION_TYPES = ("sinusoidal", "rope", "alibi", "nape", "none")
 # How the encoder's distance-biased heads see the keys (`PositionOptions.encoder_alibi_directions`).
 ALIBI_DIRECTIONS = ("both", "split")
+# Whether cross-attention knows where tokens are (`PositionOptions.cross_attention_positions`).
+CROSS_ATTENTION_POSITION_TYPES = ("none", "rope")
 
 
 @dataclass
@@ -250,7 +252,9 @@ class PositionOptions:
       half of the heads, and no position at all on the others;
     - ``"none"``: no position (a causal decoder still tells positions apart by how many tokens precede them).
 
-    Cross-attention has no position term in any of them.
+    Cross-attention has no position term, unless ``cross_attention_positions="rope"`` rotates target token i's query
+    and source token j's key by their positions, so that their product depends on i − j: a way to find the diagonal of
+    an alignment that no absolute position provides (docs/model.md, "Positions").
     """
 
     position_embedding_type: str = _option(
@@ -259,13 +263,22 @@ class PositionOptions:
         "max_position_embeddings), 'rope' (rotary), 'alibi' (a distance penalty per head), 'nape' (ALiBi on half of "
         "the heads, no position on the others) or 'none'. All but 'sinusoidal' take inputs of any length.",
     )
-    rope_theta: float | int = _option(10000.0, "Base of RoPE's rotation frequencies (position_embedding_type='rope').")
+    rope_theta: float | int = _option(
+        10000.0,
+        "Base of RoPE's rotation frequencies (position_embedding_type='rope', cross_attention_positions='rope').",
+    )
     encoder_alibi_directions: str = _option(
         "both",
         "How the encoder's ALiBi/NAPE heads see the keys: 'both' (the penalty -slope * |i - j| on either side alike, "
         "which leaves the encoder unable to tell a sentence from its mirror image) or 'split' (the biased heads "
         "alternate between the keys up to the query and the keys from it, so the encoder knows left from right). "
         "Only with position_embedding_type 'alibi' or 'nape'.",
+    )
+    cross_attention_positions: str = _option(
+        "none",
+        "Whether cross-attention knows where tokens are: 'none' (it compares every target token with every source "
+        "token alike, as Marian's) or 'rope' (target token i's query and source token j's key rotated by their "
+        "positions with rope_theta, so that their product depends on i - j). Any position_embedding_type.",
     )
 
     def validate_positions(self):
@@ -288,19 +301,27 @@ class PositionOptions:
                 f"`encoder_alibi_directions` must be one of {', '.join(map(repr, ALIBI_DIRECTIONS))}, "
                 f"got {directions!r}"
             )
+        cross = self.cross_attention_positions
+        if cross not in CROSS_ATTENTION_POSITION_TYPES:
+            raise ValueError(
+                f"`cross_attention_positions` must be one of {', '.join(map(repr, CROSS_ATTENTION_POSITION_TYPES))}, "
+                f"got {cross!r}"
+            )
         if directions == "split" and kind not in ("alibi", "nape"):
             raise ValueError(
                 f"`encoder_alibi_directions`='split' splits the heads of ALiBi's distance penalty, which "
                 f"position_embedding_type {kind!r} does not have: use 'alibi' or 'nape', or 'both'"
             )
-        if kind == "rope":
-            for name in ("encoder_attention_heads", "decoder_attention_heads"):
-                heads = getattr(self, name, None)
-                if isinstance(heads, int) and heads > 0 and (self.d_model // heads) % 2:
-                    raise ValueError(
-                        f"RoPE rotates pairs of dimensions, but `d_model` / `{name}` = {self.d_model // heads} is "
-                        "odd: choose sizes with an even head dimension"
-                    )
+        rotated = ("encoder_attention_heads", "decoder_attention_heads") if kind == "rope" else ()
+        if cross == "rope":
+            rotated = (*rotated, "decoder_attention_heads")  # cross-attention has the decoder's heads
+        for name in dict.fromkeys(rotated):
+            heads = getattr(self, name, None)
+            if isinstance(heads, int) and heads > 0 and (self.d_model // heads) % 2:
+                raise ValueError(
+                    f"RoPE rotates pairs of dimensions, but `d_model` / `{name}` = {self.d_model // heads} is "
+                    "odd: choose sizes with an even head dimension"
+                )
         if kind == "nape":
             for name in ("encoder_attention_heads", "decoder_attention_heads"):
                 heads = getattr(self, name, None)

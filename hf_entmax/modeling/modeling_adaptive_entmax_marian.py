@@ -271,8 +271,11 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             self.alpha_logits = nn.Parameter(torch.zeros(num_heads))
         else:
             self.register_parameter("alpha_logits", None)
-        # Positions (positions.py): cross-attention has none; self-attention rotates (RoPE) or biases (ALiBi, NAPE).
-        self.position_type = "none" if attention_type == "cross" else config.position_embedding_type
+        # Positions (positions.py): self-attention rotates (RoPE) or biases (ALiBi, NAPE); cross-attention has none
+        # or rotates (`cross_attention_positions`).
+        self.position_type = config.position_embedding_type
+        if attention_type == "cross":
+            self.position_type = config.cross_attention_positions
         self.rope_theta = float(config.rope_theta)
         self.alibi_slopes = alibi_slopes(self.position_type, num_heads)
         split = attention_type == "encoder_self" and config.encoder_alibi_directions == "split"
@@ -306,9 +309,10 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         attention_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Marian's attention, with the positions of self-attention: RoPE rotates the new queries and keys before the
-        cache keeps the keys; ALiBi's bias and the query scaling are added by `entmax_attention_forward`, which gets
-        the position of the first query (``query_start``) and, for per-token scaling, the queries' hidden states.
+        """Marian's attention, with positions: RoPE rotates the queries and the new keys before the cache keeps the
+        keys (in cross-attention with ``cross_attention_positions="rope"``: target queries at their positions, source
+        keys from 0); ALiBi's bias and the query scaling are added by `entmax_attention_forward`, which gets the
+        position of the first query (``query_start``) and, for per-token scaling, the queries' hidden states.
 
         Args:
             hidden_states: ``(batch, query_len, d_model)``.
@@ -329,6 +333,12 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         query_start = 0
         if layer_cache is not None and not is_cross_attention:
             query_start = layer_cache.get_seq_length(self.layer_idx)
+        elif self.position_type == "rope" and isinstance(cache, EncoderDecoderCache):
+            # Rotated cross-attention: the layer's self-attention has cached this step's tokens already.
+            query_start = cache.self_attention_cache.get_seq_length(self.layer_idx) - input_shape[-1]
+        if self.position_type == "rope":
+            cos, sin = rope_angles(query, query_start, self.rope_theta)
+            query = rotate(query, cos, sin)
         if is_cross_attention and isinstance(cache, EncoderDecoderCache) and cache.is_updated.get(self.layer_idx):
             # The encoder's keys and values were cached at the first decoding step.
             key = layer_cache.layers[self.layer_idx].keys
@@ -339,9 +349,10 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             key = self.k_proj(source).view(source_shape).transpose(1, 2)
             value = self.v_proj(source).view(source_shape).transpose(1, 2)
             if self.position_type == "rope":
-                # Self-attention: the new keys are at the queries' positions.
-                cos, sin = rope_angles(query, query_start, self.rope_theta)
-                query, key = rotate(query, cos, sin), rotate(key, cos, sin)
+                # Self-attention's new keys are at the queries' positions; the source's from 0 (its first token).
+                key = (
+                    rotate(key, *rope_angles(key, 0, self.rope_theta)) if is_cross_attention else rotate(key, cos, sin)
+                )
             if layer_cache is not None:
                 key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)
                 if is_cross_attention and isinstance(cache, EncoderDecoderCache):
@@ -1134,6 +1145,11 @@ class AdaptiveEntmaxMarianForCausalLM(AdaptiveEntmaxMarianPreTrainedModel, Gener
         # (to size caches, e.g.); there is no encoder here, so they take the decoder's sizes.
         config.encoder_layers = config.decoder_layers
         config.encoder_attention_heads = config.decoder_attention_heads
+        if config.cross_attention_positions != "none":
+            raise ValueError(
+                f"`cross_attention_positions`={config.cross_attention_positions!r} positions cross-attention, which a "
+                "decoder-only model does not have: leave it 'none'"
+            )
         MarianPreTrainedModel.__init__(self, config)
         self.model = AdaptiveEntmaxMarianDecoderWrapper(config)
         self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)

@@ -15,6 +15,7 @@ from transformers.hf_argparser import string_to_bool
 from ..errors import HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import (
     ALIBI_DIRECTIONS,
+    CROSS_ATTENTION_POSITION_TYPES,
     POSITION_TYPES,
     SCALED_HEADS,
     SCALING_METHODS,
@@ -181,6 +182,8 @@ def given_attention_options(
             value = parse_choice(value, POSITION_TYPES, flag)
         elif option.name == "encoder_alibi_directions":
             value = parse_choice(value, ALIBI_DIRECTIONS, flag)
+        elif option.name == "cross_attention_positions":
+            value = parse_choice(value, CROSS_ATTENTION_POSITION_TYPES, flag)
         elif option.name == "rope_theta":
             value = parse_finite_number(value, flag, 1.0, strictly_above=True)
         elif not isinstance(value, bool):

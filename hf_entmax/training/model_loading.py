@@ -167,15 +167,25 @@ def resolve_position_options(start: StartingPoint, given: dict[str, object]) -> 
                 f"has {kind} positions, which its weights were trained with; leave the flag out, or train a fresh "
                 "model with other positions"
             )
-    if "rope_theta" in given and options["position_embedding_type"] != "rope":
+    if "rope_theta" in given and "rope" not in (
+        options["position_embedding_type"],
+        options["cross_attention_positions"],
+    ):
         raise HfEntmaxValueError(
             f"--rope_theta applies to RoPE positions, but the model's are {options['position_embedding_type']}: give "
-            "--position_embedding_type rope (a fresh model), or leave --rope_theta out"
+            "--position_embedding_type rope or --cross_attention_positions rope (a fresh model), or leave "
+            "--rope_theta out"
         )
     if given.get("rope_theta", options["rope_theta"]) != options["rope_theta"]:
         raise HfEntmaxValueError(
             f"--rope_theta {given['rope_theta']:g}: --model_name_or_path {start.name} rotates with θ = "
             f"{options['rope_theta']:g}, which its weights were trained with; leave the flag out"
+        )
+    cross = options["cross_attention_positions"]
+    if given.get("cross_attention_positions", cross) != cross:
+        raise HfEntmaxValueError(
+            f"--cross_attention_positions {given['cross_attention_positions']}: --model_name_or_path {start.name} has "
+            f"{cross!r}, which its weights were trained with; leave the flag out, or train a fresh model"
         )
     directions = options["encoder_alibi_directions"]
     if given.get("encoder_alibi_directions", directions) != directions:
