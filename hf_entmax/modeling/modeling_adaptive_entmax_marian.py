@@ -333,7 +333,7 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         query_start = 0
         if layer_cache is not None and not is_cross_attention:
             query_start = layer_cache.get_seq_length(self.layer_idx)
-        elif self.position_type == "rope" and isinstance(cache, EncoderDecoderCache):
+        elif is_cross_attention and self.position_type == "rope" and isinstance(cache, EncoderDecoderCache):
             # Rotated cross-attention: the layer's self-attention has cached this step's tokens already.
             query_start = cache.self_attention_cache.get_seq_length(self.layer_idx) - input_shape[-1]
         if self.position_type == "rope":
