@@ -253,8 +253,8 @@ class PositionOptions:
     - ``"none"``: no position (a causal decoder still tells positions apart by how many tokens precede them).
 
     Cross-attention has no position term, unless ``cross_attention_positions="rope"`` rotates target token i's query
-    and source token j's key by their positions, so that their product depends on i − j: a way to find the diagonal of
-    an alignment that no absolute position provides (docs/model.md, "Positions").
+    and source token j's key by their positions, so that their product depends on i − j: a start for the alignment's
+    diagonal without absolute positions (docs/model.md, "Positions").
     """
 
     position_embedding_type: str = _option(

@@ -5,7 +5,9 @@ model cannot read inputs longer than ``max_position_embeddings``. The positions 
 between a query and a key, so they apply at any length (`PositionOptions` in the config says which a model uses):
 
 - RoPE (Su et al., 2021) rotates every pair of dimensions ``(x_d, x_{d + D/2})`` of a query or key at position p by
-  the angle ``p · θ^(−2d/D)``; the product of a rotated query and key then depends on their distance alone.
+  the angle ``p · θ^(−2d/D)``; the product of a rotated query and key then depends on their distance alone. It may
+  rotate cross-attention too (``cross_attention_positions``): target queries by their positions, source keys by
+  theirs.
 - ALiBi (Press et al., 2022) adds ``−slope_h · |i − j|`` to the score of query i and key j in head h.
 - NAPE (Vasylenko et al., 2026, ASEntmax's reference) is ALiBi on the first half of the heads, with slopes
   1, 1/2, …, 1/(H/2), and no position at all on the other half ("NoPE" heads), which a causal decoder tells apart by
