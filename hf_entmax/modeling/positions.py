@@ -1,4 +1,4 @@
-"""Positions that act inside self-attention: RoPE's rotation and ALiBi's (and NAPE's) distance bias.
+"""Positions that act inside attention: RoPE's rotation and ALiBi's (and NAPE's) distance bias.
 
 Marian adds a table of sinusoidal vectors to the token embeddings; a position past the table does not exist, so a
 model cannot read inputs longer than ``max_position_embeddings``. The positions here depend only on the distance
