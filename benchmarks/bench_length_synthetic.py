@@ -35,6 +35,8 @@ more keys than in training (the dispersion that α-entmax and ASEntmax address).
 
 - `rope`, `alibi`, `nape`: the model's relative positions (`position_embedding_type`, docs/model.md "Positions"):
   self-attention sees distances only, so no test position is new; cross-attention has no position term.
+- `rope-cross`: `rope` with ``cross_attention_positions="rope"``: cross-attention sees target position minus source
+  position, so "read the source symbol at my own position" is one distance at every length.
 - `alibi-split`, `nape-split`: the same with ``encoder_alibi_directions="split"``, the encoder's biased heads seeing
   one side each, so that the encoder tells a string from its reverse (with `alibi`/`nape` it cannot).
 
@@ -85,7 +87,7 @@ VARIANTS: dict[str, dict] = {
 # Marian's sinusoidal table, from 0 or shifted in training (`ShiftedPositions`), or a relative position type of the
 # config (`PositionOptions`), which has no table to outgrow.
 SINUSOIDAL_POSITIONS = ("plain", "offset")
-POSITIONS = (*SINUSOIDAL_POSITIONS, "rope", "alibi", "nape", "alibi-split", "nape-split")
+POSITIONS = (*SINUSOIDAL_POSITIONS, "rope", "rope-cross", "alibi", "nape", "alibi-split", "nape-split")
 
 
 def make_batch(task: str, lengths: list[int], symbols: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -143,8 +145,11 @@ def build_model(
         decoder_start_token_id=PAD,
         forced_eos_token_id=None,
         scale_embedding=True,
-        position_embedding_type="sinusoidal" if sinusoidal else positions.removesuffix("-split"),
+        position_embedding_type="sinusoidal"
+        if sinusoidal
+        else positions.removesuffix("-split").removesuffix("-cross"),
         encoder_alibi_directions="split" if positions.endswith("-split") else "both",
+        cross_attention_positions="rope" if positions == "rope-cross" else "none",
         **VARIANTS[variant],
     )
     model = AdaptiveEntmaxMarianMTModel(config)
@@ -294,7 +299,8 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
         "from 0, so tests beyond 1× read positions never seen in training; `offset` = training batches shifted by a "
         "random position offset, so every test position was seen in training and only the length is new; `rope`, "
         "`alibi`, `nape`: the config's relative positions (`position_embedding_type`), which no length outgrows; "
-        "`-split`: the encoder's biased heads see one side each (`encoder_alibi_directions`).",
+        "`-split`: the encoder's biased heads see one side each (`encoder_alibi_directions`); `-cross`: "
+        "cross-attention rotated too (`cross_attention_positions`).",
     ]
     return "\n".join(lines)
 

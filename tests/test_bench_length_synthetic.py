@@ -2,6 +2,7 @@
 positions writes its own table, beside (not over) the sinusoidal one, and a run of both kinds with --markdown is
 refused before anything trains."""
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -52,3 +53,20 @@ def test_a_run_of_both_kinds_of_positions_with_markdown_is_refused(tmp_path, cap
         bench.main([*command, "--markdown", str(document)])
     assert "go to separate tables; run them separately" in capsys.readouterr().err
     assert document.read_text() == DOCUMENT and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("positions", "expected"),
+    [
+        ("rope", ("rope", "both", "none")),
+        ("rope-cross", ("rope", "both", "rope")),
+        ("nape-split", ("nape", "split", "none")),
+        ("offset", ("sinusoidal", "both", "none")),
+    ],
+)
+def test_each_positions_option_builds_the_model_it_names(positions, expected):
+    sizes = dict(symbols=4, d_model=16, layers=1, heads=2, dropout=0.0, train_length=4, test_multiples=[1, 2])
+    config = bench.build_model("asentmax", argparse.Namespace(**sizes), seed=0, positions=positions).config
+    assert (config.position_embedding_type, config.encoder_alibi_directions, config.cross_attention_positions) == (
+        expected
+    )
