@@ -231,9 +231,9 @@ def prompts_and_answers(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple
     return prompts, answers
 
 
-def score(outputs: torch.Tensor, answers: torch.Tensor) -> tuple[int, int]:
-    """``(exact matches, right positions)`` of generated ``outputs`` ``(batch, n)`` against ``answers``
-    ``(batch, length)`` (each ending with ``<eos>``).
+def score(outputs: torch.Tensor, answers: torch.Tensor) -> tuple[int, int, int]:
+    """``(exact matches, right positions, right positions before each string's first wrong one)`` of generated
+    ``outputs`` ``(batch, n)`` against ``answers`` ``(batch, length)`` (each ending with ``<eos>``).
 
     Nothing after an output's first ``<eos>`` counts (it stopped there), and positions it did not reach are wrong;
     a string matches exactly when all ``length`` positions are right, its ``<eos>`` included."""
@@ -242,7 +242,7 @@ def score(outputs: torch.Tensor, answers: torch.Tensor) -> tuple[int, int]:
     compared = torch.full_like(answers, PAD)
     compared[:, : written.shape[1]] = written.masked_fill(ended, PAD)
     right = compared == answers  # (batch, length)
-    return int(right.all(dim=1).sum()), int(right.sum())
+    return int(right.all(dim=1).sum()), int(right.sum()), int(right.long().cumprod(dim=1).sum())
 
 
 @torch.inference_mode()
@@ -357,9 +357,10 @@ def train(model, task: str, arguments: argparse.Namespace, seed: int, label: str
 
 
 @torch.inference_mode()
-def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) -> tuple[float, float]:
-    """``(exact match, symbol accuracy)`` of greedy decoding on test strings of ``length``: the share of strings
-    whose output is exactly the target and its ``<eos>``, and the share of all answer positions right.
+def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) -> tuple[float, float, float]:
+    """``(exact match, symbol accuracy, right prefix)`` of greedy decoding on test strings of ``length``: the share
+    of strings whose output is exactly the target and its ``<eos>``, the share of all answer positions right, and
+    the share right before each string's first wrong position (where outputs lose their way).
 
     The test strings depend only on the task, ``length`` and ``--test_seed``: every variant and seed gets the same
     ones."""
@@ -368,13 +369,18 @@ def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) 
     count = length_runs.test_count(length, arguments)
     pairs = samples(task, [length] * count, arguments, data)
     size = max(1, arguments.eval_tokens // (len(pairs[0][0]) + 2))  # strings per decoding batch
-    correct, right_positions, positions = 0, 0, 0
+    correct, right_positions, prefix_positions, positions = 0, 0, 0, 0
     for start in range(0, count, size):
         prompts, answers = prompts_and_answers(pairs[start : start + size])
         outputs = greedy_decode(model, prompts.to(model.device), answers.shape[1], arguments.prefill_chunk)
-        exact, right = score(outputs.cpu(), answers)
-        correct, right_positions, positions = correct + exact, right_positions + right, positions + answers.numel()
-    return correct / count, right_positions / positions
+        exact, right, prefix = score(outputs.cpu(), answers)
+        correct, right_positions, prefix_positions = (
+            correct + exact,
+            right_positions + right,
+            prefix_positions + prefix,
+        )
+        positions += answers.numel()
+    return correct / count, right_positions / positions, prefix_positions / positions
 
 
 def learned_attention(model) -> dict:

@@ -9,7 +9,8 @@ in ascending order). A small `AdaptiveEntmaxMarianMTModel` (d_model 64, 2+2 laye
 default) is trained from scratch on strings of 1 to ``--train_length`` symbols, then tested with greedy decoding on
 strings of exactly ``multiple × --train_length`` symbols: a test string counts only if the whole output (and its
 `</s>`) is right (exact match); the share of answer symbols right, position by position, shows how far into a long
-string a model stays right. The variants differ only in the attention:
+string a model stays right, and the share right before each string's first wrong symbol (``right prefix`` in the log
+and result.json) where it loses its way. The variants differ only in the attention:
 
 - `softmax`: α = 1, fixed;
 - `entmax15`: α = 1.5, fixed;
@@ -205,10 +206,11 @@ def train(
 @torch.inference_mode()
 def test_accuracy(
     model: AdaptiveEntmaxMarianMTModel, task: str, length: int, arguments: argparse.Namespace
-) -> tuple[float, float]:
-    """``(exact match, symbol accuracy)`` of greedy decoding on test strings of ``length`` symbols: the share of
-    strings whose output is exactly the answer and its `</s>`, and the share of the answers' ``length + 1`` positions
-    (`</s>` included) that the output gets right, position by position.
+) -> tuple[float, float, float]:
+    """``(exact match, symbol accuracy, right prefix)`` of greedy decoding on test strings of ``length`` symbols: the
+    share of strings whose output is exactly the answer and its `</s>`, the share of the answers' ``length + 1``
+    positions (`</s>` included) that the output gets right, position by position, and the share right before each
+    string's first wrong position (where outputs lose their way).
 
     The test strings depend only on ``length`` and ``--test_seed``: every variant and seed gets the same ones.
     """
@@ -224,7 +226,7 @@ def test_accuracy(
         eos_token_id=EOS,
         pad_token_id=PAD,
     )
-    correct, right_symbols = 0, 0
+    correct, right_symbols, prefix_symbols = 0, 0, 0
     for start in range(0, count, batch_size):
         batch = make_batch(task, [length] * min(batch_size, count - start), arguments.symbols, data)
         batch = {name: tensor.to(model.device) for name, tensor in batch.items()}
@@ -236,7 +238,8 @@ def test_accuracy(
         right = answer == batch["labels"]  # (batch, length + 1)
         correct += right.all(dim=1).sum().item()
         right_symbols += right.sum().item()
-    return correct / count, right_symbols / (count * (length + 1))
+        prefix_symbols += right.long().cumprod(dim=1).sum().item()
+    return correct / count, right_symbols / (count * (length + 1)), prefix_symbols / (count * (length + 1))
 
 
 def learned_attention(model: AdaptiveEntmaxMarianMTModel) -> dict:

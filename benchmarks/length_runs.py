@@ -119,14 +119,15 @@ def run_or_read(
     *,
     build: Callable[[], nn.Module],
     train: Callable[[nn.Module], dict],
-    accuracy: Callable[[nn.Module, int], tuple[float, float]],
+    accuracy: Callable[[nn.Module, int], tuple[float, float, float]],
     learned: Callable[[nn.Module], dict],
     train_length: int,
     unit: str,
 ) -> dict:
     """One run: ``build()`` a model, ``train(model)`` it (its dict of training figures goes into the result), and
-    measure ``accuracy(model, length)`` (exact match, share of ``unit`` right) at each ``--test_multiples`` ×
-    ``train_length``; its result is written to ``folder/result.json``. A run that finished before is read from there
+    measure ``accuracy(model, length)`` (exact match, share of ``unit`` right, share right before each string's first
+    wrong one) at each ``--test_multiples`` × ``train_length``; its result is written to ``folder/result.json``. A
+    run that finished before is read from there
     instead, if it was measured with the same ``settings``; with other settings the benchmark stops."""
     result_file = folder / "result.json"
     if result_file.exists():
@@ -142,20 +143,22 @@ def run_or_read(
     started = time.perf_counter()
     trained = train(model)
     tested = time.perf_counter()
-    exact, right = {}, {}
+    exact, right, prefix = {}, {}, {}
     for multiple in arguments.test_multiples:
         length = multiple * train_length
         began = time.perf_counter()
-        exact[str(multiple)], right[str(multiple)] = accuracy(model, length)
+        exact[str(multiple)], right[str(multiple)], prefix[str(multiple)] = accuracy(model, length)
         log(
             f"  {multiple}× (length {length}, {test_count(length, arguments)} strings): exact match "
-            f"{exact[str(multiple)]:.3f}, {unit} {right[str(multiple)]:.3f} ({time.perf_counter() - began:.1f} s)"
+            f"{exact[str(multiple)]:.3f}, {unit} {right[str(multiple)]:.3f}, right prefix {prefix[str(multiple)]:.3f} "
+            f"({time.perf_counter() - began:.1f} s)"
         )
     result = {
         "settings": settings,
         **trained,
         "exact match": exact,
         "symbol accuracy": right,
+        "right prefix": prefix,
         "learned": learned(model),
         "training seconds": round(tested - started, 1),
         "test seconds": round(time.perf_counter() - tested, 1),

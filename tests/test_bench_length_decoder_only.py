@@ -141,16 +141,16 @@ def test_score_counts_exact_matches_and_positions():
     answers = torch.tensor([[5, 6, 7, eos], [5, 6, 7, eos], [5, 6, 7, eos], [5, 6, 7, eos]])
     outputs = torch.tensor(
         [
-            [5, 6, 7, eos],  # right: exact, 4 positions
-            [5, 9, 7, eos],  # one wrong symbol: 3 positions
+            [5, 6, 7, eos],  # right: exact, 4 positions, all before the first wrong one
+            [5, 9, 7, eos],  # one wrong symbol: 3 positions, 1 before it
             [5, eos, 7, eos],  # stopped early: what follows <eos> does not count, 1 position
             [5, 6, 7, 7],  # no <eos>: 3 positions
         ]
     )
-    assert bench.score(outputs, answers) == (1, 4 + 3 + 1 + 3)
+    assert bench.score(outputs, answers) == (1, 4 + 3 + 1 + 3, 4 + 1 + 1 + 3)
     # Shorter outputs (every string of the batch stopped) count the missing positions as wrong.
-    assert bench.score(torch.tensor([[5, eos], [5, 6]]), answers[:2]) == (0, 1 + 2)
-    assert bench.score(torch.tensor([[5, 6, 7, eos, pad]]), answers[:1]) == (1, 4)
+    assert bench.score(torch.tensor([[5, eos], [5, 6]]), answers[:2]) == (0, 1 + 2, 1 + 2)
+    assert bench.score(torch.tensor([[5, 6, 7, eos, pad]]), answers[:1]) == (1, 4, 4)
 
 
 def test_greedy_decoding_matches_generate_whatever_the_prefill_chunk(arguments):
@@ -233,7 +233,8 @@ def test_a_tiny_benchmark_writes_its_table_between_the_markers_and_reuses_its_ru
     assert [row.split(" | ")[:3] for row in rows] == [["| copy", "nape", "asentmax"], ["| mqmtar", "nape", "asentmax"]]
     assert "bench_length_decoder_only.py" in table and "--tasks copy mqmtar" in table
     result = json.loads((tmp_path / "out" / "copy" / "nape" / "asentmax" / "seed0" / "result.json").read_text())
-    assert set(result["exact match"]) == {"1", "2"} and result["steps per second"] > 0
+    assert set(result["exact match"]) == set(result["right prefix"]) == {"1", "2"} and result["steps per second"] > 0
+    assert all(result["right prefix"][k] <= result["symbol accuracy"][k] for k in ("1", "2"))
     capsys.readouterr()
     bench.main(command)  # everything finished: read, not trained
     output = capsys.readouterr().out
