@@ -36,10 +36,12 @@ more keys than in training (the dispersion that α-entmax and ASEntmax address).
 
 - `rope`, `alibi`, `nape`: the model's relative positions (`position_embedding_type`, docs/model.md "Positions"):
   self-attention sees distances only, so no test position is new; cross-attention has no position term.
-- `rope-cross`: `rope` with ``cross_attention_positions="rope"``: cross-attention sees target position minus source
-  position, so "read the source symbol at my own position" is one distance at every length.
 - `alibi-split`, `nape-split`: the same with ``encoder_alibi_directions="split"``, the encoder's biased heads seeing
   one side each, so that the encoder tells a string from its reverse (with `alibi`/`nape` it cannot).
+- `…-cross` (`rope-cross`, `nape-split-cross`, …): the same positions in cross-attention too
+  (``cross_attention_positions``): cross-attention sees target position minus source position, so "read the source
+  symbol at my own position" is one distance at every length; RoPE rotates by it, ALiBi and NAPE subtract a penalty
+  growing with it, which no length can dilute.
 
 `plain` and `offset` run by default, and the table has a row for each positions option run. The position table holds
 ``max(test_multiples) × train_length + 2`` positions (the longest test string, its `</s>` and the decoder's start).
@@ -50,8 +52,9 @@ Long tests are costly (a 1,024-symbol string takes 1,025 decoding steps over 1,0
 
 Runs already finished in --output_dir are read, not repeated (their settings must match; another --output_dir
 otherwise). ``--markdown docs/benchmarks.md`` writes the table between the markers ``table:length-synthetic``, or,
-for runs of relative positions, ``table:length-synthetic-relative``: the two kinds of rows answer different questions
-and are run separately (a run of both kinds with ``--markdown`` is refused).
+for runs of relative positions, ``table:length-synthetic-relative`` (self-attention only) or
+``table:length-synthetic-cross`` (`…-cross`, in cross-attention too): the three kinds of rows answer different
+questions and are run separately (a run of two kinds with ``--markdown`` is refused).
 """
 
 import argparse
@@ -71,6 +74,7 @@ from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianMTModel
 PAD, EOS, FIRST_SYMBOL = 0, 1, 2
 TABLE = "length-synthetic"
 RELATIVE_TABLE = "length-synthetic-relative"
+CROSS_TABLE = "length-synthetic-cross"
 
 TASKS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "copy": lambda symbols: symbols,
@@ -88,7 +92,10 @@ VARIANTS: dict[str, dict] = {
 # Marian's sinusoidal table, from 0 or shifted in training (`ShiftedPositions`), or a relative position type of the
 # config (`PositionOptions`), which has no table to outgrow.
 SINUSOIDAL_POSITIONS = ("plain", "offset")
-POSITIONS = (*SINUSOIDAL_POSITIONS, "rope", "rope-cross", "alibi", "nape", "alibi-split", "nape-split")
+# Relative positions: "-split" gives the encoder's ALiBi heads one side each, "-cross" the same positions to
+# cross-attention.
+RELATIVE_POSITIONS = ("rope", "alibi", "nape", "alibi-split", "nape-split")
+POSITIONS = (*SINUSOIDAL_POSITIONS, *RELATIVE_POSITIONS, *(f"{name}-cross" for name in RELATIVE_POSITIONS))
 
 
 def make_batch(task: str, lengths: list[int], symbols: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -129,6 +136,7 @@ def build_model(
     """The variant's model with ``positions`` (`POSITIONS`), its weights drawn from ``seed``."""
     torch.manual_seed(seed)
     sinusoidal = positions in SINUSOIDAL_POSITIONS
+    kind = positions.removesuffix("-cross").removesuffix("-split")  # rope, alibi or nape, for relative positions
     config = AdaptiveEntmaxMarianConfig(
         vocab_size=FIRST_SYMBOL + arguments.symbols,
         d_model=arguments.d_model,
@@ -146,11 +154,9 @@ def build_model(
         decoder_start_token_id=PAD,
         forced_eos_token_id=None,
         scale_embedding=True,
-        position_embedding_type="sinusoidal"
-        if sinusoidal
-        else positions.removesuffix("-split").removesuffix("-cross"),
-        encoder_alibi_directions="split" if positions.endswith("-split") else "both",
-        cross_attention_positions="rope" if positions == "rope-cross" else "none",
+        position_embedding_type="sinusoidal" if sinusoidal else kind,
+        encoder_alibi_directions="split" if "-split" in positions else "both",
+        cross_attention_positions=kind if positions.endswith("-cross") else "none",
         **VARIANTS[variant],
     )
     model = AdaptiveEntmaxMarianMTModel(config)
@@ -302,10 +308,17 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
         "from 0, so tests beyond 1× read positions never seen in training; `offset` = training batches shifted by a "
         "random position offset, so every test position was seen in training and only the length is new; `rope`, "
         "`alibi`, `nape`: the config's relative positions (`position_embedding_type`), which no length outgrows; "
-        "`-split`: the encoder's biased heads see one side each (`encoder_alibi_directions`); `-cross`: "
-        "cross-attention rotated too (`cross_attention_positions`).",
+        "`-split`: the encoder's biased heads see one side each (`encoder_alibi_directions`); `-cross`: the same "
+        "positions in cross-attention, between target and source position (`cross_attention_positions`).",
     ]
     return "\n".join(lines)
+
+
+def position_table(positions: str) -> str:
+    """The table a positions option's rows go to: each kind answers its own question."""
+    if positions in SINUSOIDAL_POSITIONS:
+        return TABLE
+    return CROSS_TABLE if positions.endswith("-cross") else RELATIVE_TABLE
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -337,14 +350,14 @@ def main(argv: list[str] | None = None) -> None:
     positive = ("train_length", "symbols", "steps", "batch_size", "test_strings", "min_test_strings", "log_every")
     length_runs.check_positive(parser, arguments, positive)
     length_runs.use_device(arguments, parser.error)
-    relative = [name for name in arguments.positions if name not in SINUSOIDAL_POSITIONS]
-    if arguments.markdown and relative and len(relative) < len(arguments.positions):
+    tables = {position_table(name) for name in arguments.positions}
+    if arguments.markdown and len(tables) > 1:
         parser.error(
-            f"--markdown: the rows of sinusoidal positions ({', '.join(SINUSOIDAL_POSITIONS)}) and of relative ones "
-            f"({', '.join(relative)}) go to separate tables; run them separately"
+            f"--markdown: the rows of sinusoidal positions ({', '.join(SINUSOIDAL_POSITIONS)}), of relative ones in "
+            "self-attention only and of relative ones in cross-attention too (…-cross) go to separate tables; run "
+            "them separately"
         )
-    table_name = RELATIVE_TABLE if relative else TABLE
-    length_runs.run_all(arguments, "bench_length_synthetic.py", argv, run_one, table, table_name)
+    length_runs.run_all(arguments, "bench_length_synthetic.py", argv, run_one, table, tables.pop())
 
 
 if __name__ == "__main__":

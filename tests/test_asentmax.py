@@ -25,7 +25,7 @@ from hf_entmax.modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMar
             "'softmax_matched' or None",
         ),
         ({"attention_scaling_heads": "some"}, "`attention_scaling_heads` must be one of 'all', 'nope' or None"),
-        ({"attention_scaling_heads": "nope"}, "only position_embedding_type='nape' has"),
+        ({"attention_scaling_heads": "nope"}, "which only NAPE positions have"),
         ({"cross_attention_scaling": "temperature"}, "`cross_attention_scaling` must be one of"),
         ({"cross_attention_scaling": 1}, "cross_attention_scaling"),
         ({"attention_scaling_offset": float("nan")}, "`attention_scaling_offset` must be a finite number >= 0"),

@@ -1,6 +1,6 @@
 """The encoder–decoder length benchmark (benchmarks/bench_length_synthetic.py) at tiny sizes: a run of relative
-positions writes its own table, beside (not over) the sinusoidal one, and a run of both kinds with --markdown is
-refused before anything trains."""
+positions writes its own table, beside (not over) the sinusoidal one, cross-attention positions a third, and a run
+of two kinds with --markdown is refused before anything trains."""
 
 import argparse
 import sys
@@ -29,6 +29,10 @@ sinusoidal rows
 <!-- table:length-synthetic-relative -->
 old
 <!-- /table:length-synthetic-relative -->
+
+<!-- table:length-synthetic-cross -->
+old cross
+<!-- /table:length-synthetic-cross -->
 """
 
 
@@ -38,17 +42,30 @@ def test_relative_positions_have_their_own_table(tmp_path):
     command = [*TINY, "--positions", "nape-split", "--output_dir", str(tmp_path / "out")]
     bench.main([*command, "--markdown", str(document)])
     text = document.read_text()
-    assert "sinusoidal rows" in text and "old" not in text
-    table = text[text.index("<!-- table:length-synthetic-relative -->") :]
+    assert "sinusoidal rows" in text and "old cross" in text and "old\n" not in text
+    table = text[text.index("<!-- table:length-synthetic-relative -->") : text.index("table:length-synthetic-cross")]
     rows = [line.split(" | ")[:3] for line in table.splitlines() if line.startswith("| copy")]
     assert rows == [["| copy", "nape-split", "asentmax"]]
     assert "--positions nape-split" in table
 
 
-def test_a_run_of_both_kinds_of_positions_with_markdown_is_refused(tmp_path, capsys):
+def test_cross_attention_positions_have_their_own_table(tmp_path):
     document = tmp_path / "benchmarks.md"
     document.write_text(DOCUMENT)
-    command = [*TINY, "--positions", "offset", "rope", "--output_dir", str(tmp_path / "out")]
+    command = [*TINY, "--positions", "nape-split-cross", "--output_dir", str(tmp_path / "out")]
+    bench.main([*command, "--markdown", str(document)])
+    text = document.read_text()
+    assert "sinusoidal rows" in text and "old\n" in text and "old cross" not in text
+    table = text[text.index("<!-- table:length-synthetic-cross -->") :]
+    rows = [line.split(" | ")[:3] for line in table.splitlines() if line.startswith("| copy")]
+    assert rows == [["| copy", "nape-split-cross", "asentmax"]]
+
+
+@pytest.mark.parametrize("positions", [["offset", "rope"], ["rope", "rope-cross"]])
+def test_a_run_of_two_kinds_of_positions_with_markdown_is_refused(tmp_path, capsys, positions):
+    document = tmp_path / "benchmarks.md"
+    document.write_text(DOCUMENT)
+    command = [*TINY, "--positions", *positions, "--output_dir", str(tmp_path / "out")]
     with pytest.raises(SystemExit):
         bench.main([*command, "--markdown", str(document)])
     assert "go to separate tables; run them separately" in capsys.readouterr().err
@@ -61,6 +78,8 @@ def test_a_run_of_both_kinds_of_positions_with_markdown_is_refused(tmp_path, cap
         ("rope", ("rope", "both", "none")),
         ("rope-cross", ("rope", "both", "rope")),
         ("nape-split", ("nape", "split", "none")),
+        ("nape-split-cross", ("nape", "split", "nape")),
+        ("alibi-cross", ("alibi", "both", "alibi")),
         ("offset", ("sinusoidal", "both", "none")),
     ],
 )

@@ -77,7 +77,7 @@ LOGIT_TOLERANCE = 1e-4
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("scaling", "positions", "directions", "cross_positions"),
-    [("asentmax", "nape", "both", "none"), (None, "alibi", "split", "none"), (None, "rope", "both", "rope")],
+    [("asentmax", "nape", "both", "none"), (None, "alibi", "split", "alibi"), (None, "rope", "both", "rope")],
 )
 def test_torch_export_of_a_model_with_learned_alpha(scaling, positions, directions, cross_positions):
     model = one_layer_model(
@@ -189,7 +189,7 @@ def assert_same_generation(actual, expected) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("scaling", "positions", "cross_positions"),
-    [(None, "sinusoidal", "none"), ("asentmax_per_token", "nape", "none"), ("ssmax", "rope", "rope")],
+    [(None, "sinusoidal", "none"), ("asentmax_per_token", "nape", "nape"), ("ssmax", "rope", "rope")],
 )
 def test_compiled_static_cache_greedy_decoding_gives_the_eager_tokens(scaling, positions, cross_positions):
     """transformers' own path: with a static cache, generate compiles the decoding step (on accelerators; the

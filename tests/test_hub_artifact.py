@@ -24,10 +24,10 @@ SOURCES = ["der kleine hund läuft", "zwei katzen schlafen im haus", "ein mann"]
 @pytest.fixture(
     params=[
         {},
-        {"position_embedding_type": "nape", "encoder_alibi_directions": "split"},
+        {"position_embedding_type": "nape", "encoder_alibi_directions": "split", "cross_attention_positions": "nape"},
         {"position_embedding_type": "rope", "cross_attention_positions": "rope"},
     ],
-    ids=["sinusoidal", "nape-split", "rope-cross"],
+    ids=["sinusoidal", "nape-split-cross", "rope-cross"],
 )
 def saved_folder(tmp_path, tokenizer, request):
     model = tiny_model(vocab_size=len(tokenizer), init_std=0.5, **request.param)

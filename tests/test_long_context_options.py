@@ -118,13 +118,15 @@ def test_a_fresh_run_trains_the_positions_it_is_given_and_says_so_everywhere(tmp
         (["--position_embedding_type", "alibi"], "alibi", 10000.0),
         (["--position_embedding_type", "none"], "none", 10000.0),
         (["--cross_attention_positions", "rope", "--rope_theta", "500"], "sinusoidal", 500.0),
+        (["--position_embedding_type", "rope", "--cross_attention_positions", "nape"], "rope", 10000.0),
     ],
 )
 def test_position_flags_make_a_fresh_models_config(train_tokenizer, flags, positions, theta):
     config = fresh_model(train_tokenizer, *flags).config
     assert (config.position_embedding_type, config.rope_theta) == (positions, theta)
     assert config.encoder_alibi_directions == "both"
-    assert config.cross_attention_positions == ("rope" if "--cross_attention_positions" in flags else "none")
+    given = dict(zip(flags[::2], flags[1::2], strict=True))
+    assert config.cross_attention_positions == given.get("--cross_attention_positions", "none")
 
 
 def test_rotated_cross_attention_is_a_fresh_models_choice_and_a_checkpoints_own(
@@ -178,8 +180,8 @@ def test_a_rope_checkpoint_keeps_its_theta(tmp_path, train_tokenizer):
         (["--rope_theta", "1"], "--rope_theta must be a finite number > 1, got '1'"),
         (["--encoder_alibi_directions", "left"], "--encoder_alibi_directions must be one of both, split, got 'left'"),
         (
-            ["--cross_attention_positions", "alibi"],
-            "--cross_attention_positions must be one of none, rope, got 'alibi'",
+            ["--cross_attention_positions", "sinusoidal"],
+            "--cross_attention_positions must be one of none, rope, alibi, nape, got 'sinusoidal'",
         ),
         (
             ["--encoder_alibi_directions", "split"],

@@ -152,17 +152,52 @@ def test_rotated_cross_attention_compares_target_and_source_positions(batch, pos
     assert not torch.allclose(unrotated(**batch).logits, out.logits)
 
 
-def test_rotated_cross_attention_is_checked_and_described():
-    with pytest.raises(StrictDataclassError, match="`cross_attention_positions` must be one of 'none', 'rope'"):
-        tiny_config(cross_attention_positions="alibi")
+@pytest.mark.parametrize("cross_positions", ["alibi", "nape"])
+def test_distance_penalty_in_cross_attention_uses_target_and_source_positions(batch, cross_positions, attention_path):
+    """With cross_attention_positions='alibi' or 'nape', the score of target token i and source token j loses
+    slope_h · |i − j| (the source counted from its first token); the encoder is as before."""
+    model = tiny_model(init_std=0.5, alpha_init=1.5, cross_attention_positions=cross_positions)
+    module = model.model.decoder.layers[1].encoder_attn
+    inputs = {}
+    module.register_forward_pre_hook(
+        lambda mod, args, kwargs: inputs.update(target=args[0], source=kwargs["key_value_states"]), with_kwargs=True
+    )
+    out = model(**batch, output_attentions=True)
+    batch_size, target_len, source_len = 2, 4, 6
+    query = module.q_proj(inputs["target"]).view(batch_size, target_len, 4, 8).transpose(1, 2) * 8**-0.5
+    key = module.k_proj(inputs["source"]).view(batch_size, source_len, 4, 8).transpose(1, 2)
+    scores = query.double() @ key.double().transpose(-1, -2)
+    slopes = alibi_slopes(cross_positions, 4)
+    scores = scores + distance_bias(slopes, 0, target_len, source_len, torch.float64, "cpu")
+    padding = (batch["attention_mask"] == 0)[:, None, None, :]
+    expected = entmax_module.entmax(scores.masked_fill(padding, float("-inf")), 1.5, dim=-1)
+    torch.testing.assert_close(out.cross_attentions[1].double(), expected, atol=1e-5, rtol=1e-5)
+    plain = tiny_model(init_std=0.5, alpha_init=1.5)
+    assert torch.equal(plain(**batch).encoder_last_hidden_state, out.encoder_last_hidden_state)
+    assert not torch.allclose(plain(**batch).logits, out.logits)
+
+
+def test_cross_attention_positions_are_checked_and_described():
+    with pytest.raises(
+        StrictDataclassError, match="`cross_attention_positions` must be one of 'none', 'rope', 'alibi', 'nape'"
+    ):
+        tiny_config(cross_attention_positions="sinusoidal")
     with pytest.raises(StrictDataclassError, match="`decoder_attention_heads` = 9 is odd"):
         tiny_config(cross_attention_positions="rope", d_model=36, encoder_attention_heads=3, decoder_attention_heads=4)
-    with pytest.raises(ValueError, match="which a decoder-only model does not have"):
-        tiny_decoder(cross_attention_positions="rope")
+    with pytest.raises(StrictDataclassError, match="but `decoder_attention_heads` is 1: use at least 2 heads"):
+        tiny_config(cross_attention_positions="nape", decoder_attention_heads=1)
+    for cross in ("rope", "nape"):
+        with pytest.raises(ValueError, match="which a decoder-only model does not have"):
+            tiny_decoder(cross_attention_positions=cross)
     described = describe_positions(tiny_config(cross_attention_positions="rope", rope_theta=500.0))
     assert described == (
         "sinusoidal (Marian's): fixed vectors added to the token embeddings; cross-attention rotates target queries "
         "and source keys by their positions (RoPE, θ = 500), and inputs of up to 64 tokens (max_position_embeddings)"
+    )
+    described = describe_positions(tiny_config(position_embedding_type="rope", cross_attention_positions="nape"))
+    assert described.endswith(
+        "; cross-attention subtracts a slope times the target–source distance on half of its heads (NAPE), and "
+        "inputs may be of any length"
     )
 
 
@@ -172,6 +207,7 @@ def test_cached_decoding_computes_what_the_whole_sequence_does(position_type):
     for model, kwargs in [
         (tiny_model(init_std=0.3, position_embedding_type=position_type), {}),
         (tiny_model(init_std=0.3, position_embedding_type=position_type, cross_attention_positions="rope"), {}),
+        (tiny_model(init_std=0.3, position_embedding_type=position_type, cross_attention_positions="nape"), {}),
         (tiny_decoder(position_embedding_type=position_type, attention_scaling="asentmax"), None),
     ]:
         tokens = torch.tensor([[BOS, 5, 9, 7, 11, 4, 6, 8]])
@@ -276,6 +312,13 @@ def test_nape_scales_only_the_heads_without_a_bias_by_default():
     assert factor[:2].tolist() == [1.0, 1.0]
     every = tiny_decoder(position_embedding_type="nape", attention_scaling="asentmax", attention_scaling_heads="all")
     assert every.model.decoder.layers[0].self_attn.scaled_heads is None
+    # Cross-attention by its own positions: NAPE's there too, or none (every head scales).
+    cross = tiny_model(cross_attention_positions="nape", attention_scaling="asentmax").model.decoder.layers[0]
+    assert (cross.encoder_attn.scaled_heads, cross.self_attn.scaled_heads) == ((False, False, True, True), None)
+    layer = tiny_model(position_embedding_type="nape", attention_scaling="asentmax").model.decoder.layers[0]
+    assert (layer.encoder_attn.scaled_heads, layer.self_attn.scaled_heads) == (None, (False, False, True, True))
+    told = tiny_model(cross_attention_positions="nape", attention_scaling="ssmax", attention_scaling_heads="nope")
+    assert told.model.decoder.layers[0].encoder_attn.scaled_heads == (False, False, True, True)
 
 
 def test_nape_softmax_matched_queries_scale_every_head_unless_told_otherwise():

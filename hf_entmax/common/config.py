@@ -40,11 +40,15 @@ def describe_positions(config: PreTrainedConfig) -> str:
     length = "inputs may be of any length"
     if limit is not None:
         length = f"inputs of up to {limit} tokens (max_position_embeddings)"
-    if getattr(config, "cross_attention_positions", "none") == "rope":
-        return (
-            f"{what}; cross-attention rotates target queries and source keys by their positions (RoPE, θ = "
-            f"{getattr(config, 'rope_theta', 0):g}), and {length}"
-        )
+    cross = getattr(config, "cross_attention_positions", "none")
+    if cross != "none":
+        how = {
+            "rope": "rotates target queries and source keys by their positions (RoPE, θ = "
+            f"{getattr(config, 'rope_theta', 0):g})",
+            "alibi": "subtracts a slope per head times the target–source distance from the scores (ALiBi)",
+            "nape": "subtracts a slope times the target–source distance on half of its heads (NAPE)",
+        }[cross]
+        return f"{what}; cross-attention {how}, and {length}"
     if kind in ("sinusoidal", "none"):
         return f"{what}; {length}"
     # A term in the scores of self-attention only: cross-attention compares every target token with every source

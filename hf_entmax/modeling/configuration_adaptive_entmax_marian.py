@@ -195,9 +195,10 @@ class ScalingOptions:
     )
     attention_scaling_heads: str | None = _option(
         None,
-        "Which heads scale their queries: 'all', or 'nope' (with position_embedding_type='nape': the heads without a "
-        "position bias, as ASEntmax's reference). None: 'nope' for asentmax, asentmax_per_token and ssmax under NAPE, "
-        "'all' otherwise.",
+        "Which heads scale their queries: 'all', or 'nope' (where positions are NAPE's, in self-attention with "
+        "position_embedding_type='nape' and in cross-attention with cross_attention_positions='nape': the heads "
+        "without a position bias, as ASEntmax's reference). None: 'nope' for asentmax, asentmax_per_token and ssmax "
+        "under NAPE, 'all' otherwise.",
     )
 
     def validate_attention_scaling(self):
@@ -221,10 +222,11 @@ class ScalingOptions:
             raise ValueError(
                 f"`attention_scaling_heads` must be one of {', '.join(map(repr, SCALED_HEADS))} or None, got {heads!r}"
             )
-        if heads == "nope" and getattr(self, "position_embedding_type", None) != "nape":
+        positions = (getattr(self, "position_embedding_type", None), getattr(self, "cross_attention_positions", None))
+        if heads == "nope" and "nape" not in positions:
             raise ValueError(
-                "`attention_scaling_heads`='nope' scales the heads without a position bias, which only "
-                "position_embedding_type='nape' has: use 'all', or NAPE positions"
+                "`attention_scaling_heads`='nope' scales the heads without a position bias, which only NAPE positions "
+                "have: use 'all', or position_embedding_type='nape' or cross_attention_positions='nape'"
             )
 
 
@@ -234,8 +236,9 @@ class ScalingOptions:
 POSITION_TYPES = ("sinusoidal", "rope", "alibi", "nape", "none")
 # How the encoder's distance-biased heads see the keys (`PositionOptions.encoder_alibi_directions`).
 ALIBI_DIRECTIONS = ("both", "split")
-# Whether cross-attention knows where tokens are (`PositionOptions.cross_attention_positions`).
-CROSS_ATTENTION_POSITION_TYPES = ("none", "rope")
+# Whether cross-attention knows where tokens are (`PositionOptions.cross_attention_positions`): not at all, by RoPE's
+# rotation, or by ALiBi's (NAPE's) distance penalty between target and source positions.
+CROSS_ATTENTION_POSITION_TYPES = ("none", "rope", "alibi", "nape")
 
 
 @dataclass
@@ -252,9 +255,11 @@ class PositionOptions:
       half of the heads, and no position at all on the others;
     - ``"none"``: no position (a causal decoder still tells positions apart by how many tokens precede them).
 
-    Cross-attention has no position term, unless ``cross_attention_positions="rope"`` rotates target token i's query
-    and source token j's key by their positions, so that their product depends on i − j: a start for the alignment's
-    diagonal without absolute positions (docs/model.md, "Positions").
+    Cross-attention has no position term, unless ``cross_attention_positions`` gives it one in target position i minus
+    source position j: ``"rope"`` rotates target token i's query and source token j's key by their positions, so that
+    their product depends on i − j; ``"alibi"`` and ``"nape"`` subtract ALiBi's ``slope_h · |i − j|`` (on all heads,
+    or NAPE's half), which fades with distance at any length. Either is a start for the alignment's diagonal without
+    absolute positions (docs/model.md, "Positions").
     """
 
     position_embedding_type: str = _option(
@@ -277,8 +282,10 @@ class PositionOptions:
     cross_attention_positions: str = _option(
         "none",
         "Whether cross-attention knows where tokens are: 'none' (it compares every target token with every source "
-        "token alike, as Marian's) or 'rope' (target token i's query and source token j's key rotated by their "
-        "positions with rope_theta, so that their product depends on i - j). Any position_embedding_type.",
+        "token alike, as Marian's), 'rope' (target token i's query and source token j's key rotated by their "
+        "positions with rope_theta, so that their product depends on i - j), 'alibi' (ALiBi's penalty "
+        "-slope * |i - j| on every head) or 'nape' (that penalty on half of the heads, none on the others). Any "
+        "position_embedding_type.",
     )
 
     def validate_positions(self):
@@ -322,14 +329,16 @@ class PositionOptions:
                     f"RoPE rotates pairs of dimensions, but `d_model` / `{name}` = {self.d_model // heads} is "
                     "odd: choose sizes with an even head dimension"
                 )
-        if kind == "nape":
-            for name in ("encoder_attention_heads", "decoder_attention_heads"):
-                heads = getattr(self, name, None)
-                if isinstance(heads, int) and heads < 2:
-                    raise ValueError(
-                        f"NAPE gives half of the heads ALiBi and the other half no position, but `{name}` is {heads}: "
-                        "use at least 2 heads"
-                    )
+        halved = ("encoder_attention_heads", "decoder_attention_heads") if kind == "nape" else ()
+        if cross == "nape":
+            halved = (*halved, "decoder_attention_heads")
+        for name in dict.fromkeys(halved):
+            heads = getattr(self, name, None)
+            if isinstance(heads, int) and heads < 2:
+                raise ValueError(
+                    f"NAPE gives half of the heads ALiBi and the other half no position, but `{name}` is {heads}: "
+                    "use at least 2 heads"
+                )
 
     def has_absolute_positions(self) -> bool:
         """Whether positions are a table of ``max_position_embeddings`` vectors, which inputs cannot outgrow."""
@@ -411,17 +420,17 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions, Pos
 
     def scaled_heads(self, attention_type: str) -> str:
         """``"all"``, or ``"nope"`` (the heads without ALiBi's bias under NAPE): the heads whose queries one attention
-        type scales. Cross-attention has no position term, so all of its heads scale. By default NAPE's ALiBi heads
-        keep their temperature under the learned length scalings (a head with a distance penalty already focuses near
-        the query: the reference's choice), but not under softmax-matched queries, which make every head start as
-        sharp as softmax whatever its α."""
-        if attention_type == "cross":
+        type scales; "all" wherever that type's positions are not NAPE's (`position_embedding_type` for self-attention,
+        `cross_attention_positions` for cross-attention). By default NAPE's ALiBi heads keep their temperature under
+        the learned length scalings (a head with a distance penalty already focuses near the query: the reference's
+        choice), but not under softmax-matched queries, which make every head start as sharp as softmax whatever its
+        α."""
+        positions = self.cross_attention_positions if attention_type == "cross" else self.position_embedding_type
+        if positions != "nape":
             return "all"
         if self.attention_scaling_heads is not None:
             return self.attention_scaling_heads
-        if self.position_embedding_type == "nape" and self.has_learned_scaling(attention_type):
-            return "nope"
-        return "all"
+        return "nope" if self.has_learned_scaling(attention_type) else "all"
 
     def validate_sizes(self):
         """Part of `@strict` validation: sizes the model can be built with (not a failure deep inside torch)."""

@@ -271,8 +271,8 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
             self.alpha_logits = nn.Parameter(torch.zeros(num_heads))
         else:
             self.register_parameter("alpha_logits", None)
-        # Positions (positions.py): self-attention rotates (RoPE) or biases (ALiBi, NAPE); cross-attention has none
-        # or rotates (`cross_attention_positions`).
+        # Positions (positions.py): self-attention rotates (RoPE) or biases (ALiBi, NAPE); so may cross-attention
+        # (`cross_attention_positions`), or it has none.
         self.position_type = config.position_embedding_type
         if attention_type == "cross":
             self.position_type = config.cross_attention_positions
@@ -311,8 +311,9 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Marian's attention, with positions: RoPE rotates the queries and the new keys before the cache keeps the
         keys (in cross-attention with ``cross_attention_positions="rope"``: target queries at their positions, source
-        keys from 0); ALiBi's bias and the query scaling are added by `entmax_attention_forward`, which gets the
-        position of the first query (``query_start``) and, for per-token scaling, the queries' hidden states.
+        keys from 0); ALiBi's bias (in cross-attention too with "alibi" or "nape") and the query scaling are added by
+        `entmax_attention_forward`, which gets the position of the first query (``query_start``) and, for per-token
+        scaling, the queries' hidden states.
 
         Args:
             hidden_states: ``(batch, query_len, d_model)``.
@@ -333,8 +334,8 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         query_start = 0
         if layer_cache is not None and not is_cross_attention:
             query_start = layer_cache.get_seq_length(self.layer_idx)
-        elif is_cross_attention and self.position_type == "rope" and isinstance(cache, EncoderDecoderCache):
-            # Rotated cross-attention: the layer's self-attention has cached this step's tokens already.
+        elif is_cross_attention and self.position_type != "none" and isinstance(cache, EncoderDecoderCache):
+            # Cross-attention with positions: the layer's self-attention has cached this step's tokens already.
             query_start = cache.self_attention_cache.get_seq_length(self.layer_idx) - input_shape[-1]
         if self.position_type == "rope":
             cos, sin = rope_angles(query, query_start, self.rope_theta)

@@ -8,7 +8,8 @@ between a query and a key, so they apply at any length (`PositionOptions` in the
   the angle ``p · θ^(−2d/D)``; the product of a rotated query and key then depends on their distance alone. It may
   rotate cross-attention too (``cross_attention_positions``): target queries by their positions, source keys by
   theirs.
-- ALiBi (Press et al., 2022) adds ``−slope_h · |i − j|`` to the score of query i and key j in head h.
+- ALiBi (Press et al., 2022) adds ``−slope_h · |i − j|`` to the score of query i and key j in head h; in
+  cross-attention too (``cross_attention_positions``), i the target position and j the source position.
 - NAPE (Vasylenko et al., 2026, ASEntmax's reference) is ALiBi on the first half of the heads, with slopes
   1, 1/2, …, 1/(H/2), and no position at all on the other half ("NoPE" heads), which a causal decoder tells apart by
   how many tokens precede them.
