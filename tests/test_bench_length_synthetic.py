@@ -27,7 +27,7 @@ sinusoidal rows
 <!-- /table:length-synthetic -->
 
 <!-- table:length-synthetic-relative -->
-old
+old relative
 <!-- /table:length-synthetic-relative -->
 
 <!-- table:length-synthetic-cross -->
@@ -36,29 +36,24 @@ old cross
 """
 
 
-def test_relative_positions_have_their_own_table(tmp_path):
+@pytest.mark.parametrize(
+    ("positions", "name", "other"),
+    [
+        ("nape-split", "length-synthetic-relative", "old cross"),
+        ("nape-split-cross", "length-synthetic-cross", "old relative"),
+    ],
+)
+def test_relative_and_cross_attention_positions_have_their_own_tables(tmp_path, positions, name, other):
     document = tmp_path / "benchmarks.md"
     document.write_text(DOCUMENT)
-    command = [*TINY, "--positions", "nape-split", "--output_dir", str(tmp_path / "out")]
+    command = [*TINY, "--positions", positions, "--output_dir", str(tmp_path / "out")]
     bench.main([*command, "--markdown", str(document)])
     text = document.read_text()
-    assert "sinusoidal rows" in text and "old cross" in text and "old\n" not in text
-    table = text[text.index("<!-- table:length-synthetic-relative -->") : text.index("table:length-synthetic-cross")]
+    assert "sinusoidal rows" in text and other in text
+    table = text[text.index(f"<!-- table:{name} -->") : text.index(f"<!-- /table:{name} -->")]
     rows = [line.split(" | ")[:3] for line in table.splitlines() if line.startswith("| copy")]
-    assert rows == [["| copy", "nape-split", "asentmax"]]
-    assert "--positions nape-split" in table
-
-
-def test_cross_attention_positions_have_their_own_table(tmp_path):
-    document = tmp_path / "benchmarks.md"
-    document.write_text(DOCUMENT)
-    command = [*TINY, "--positions", "nape-split-cross", "--output_dir", str(tmp_path / "out")]
-    bench.main([*command, "--markdown", str(document)])
-    text = document.read_text()
-    assert "sinusoidal rows" in text and "old\n" in text and "old cross" not in text
-    table = text[text.index("<!-- table:length-synthetic-cross -->") :]
-    rows = [line.split(" | ")[:3] for line in table.splitlines() if line.startswith("| copy")]
-    assert rows == [["| copy", "nape-split-cross", "asentmax"]]
+    assert rows == [["| copy", positions, "asentmax"]] and "old" not in table
+    assert f"--positions {positions}" in table
 
 
 @pytest.mark.parametrize("positions", [["offset", "rope"], ["rope", "rope-cross"]])

@@ -127,12 +127,18 @@ def test_attention_weights_are_entmax_of_the_scores_plus_the_distance_bias(
     assert (out.encoder_attentions[0] == 0).any()
 
 
-@pytest.mark.parametrize("position_type", ["sinusoidal", "rope"])
-def test_rotated_cross_attention_compares_target_and_source_positions(batch, position_type, attention_path):
-    """With cross_attention_positions='rope', target token i's query and source token j's key are rotated by i and j
-    (the source counted from its first token), so their score depends on i − j; self-attention is as before."""
+@pytest.mark.parametrize(
+    ("position_type", "cross_positions"),
+    [("sinusoidal", "rope"), ("rope", "rope"), ("sinusoidal", "alibi"), ("rope", "nape")],
+)
+def test_cross_attention_positions_compare_target_and_source_positions(
+    batch, position_type, cross_positions, attention_path
+):
+    """Cross-attention's score of target token i and source token j (the source counted from its first token)
+    depends on i − j: with 'rope', their query and key are rotated by i and j; with 'alibi' and 'nape', it loses
+    slope_h · |i − j|. The encoder is as before."""
     model = tiny_model(
-        init_std=0.5, alpha_init=1.5, position_embedding_type=position_type, cross_attention_positions="rope"
+        init_std=0.5, alpha_init=1.5, position_embedding_type=position_type, cross_attention_positions=cross_positions
     )
     module = model.model.decoder.layers[1].encoder_attn
     inputs = {}
@@ -141,40 +147,19 @@ def test_rotated_cross_attention_compares_target_and_source_positions(batch, pos
     )
     out = model(**batch, output_attentions=True)
     batch_size, target_len, source_len = 2, 4, 6
-    query = module.q_proj(inputs["target"]).view(batch_size, target_len, 4, 8).transpose(1, 2) * 8**-0.5
-    key = module.k_proj(inputs["source"]).view(batch_size, source_len, 4, 8).transpose(1, 2)
-    scores = (rotated(query.double(), 0, 10000.0) @ rotated(key.double(), 0, 10000.0).transpose(-1, -2)).double()
+    query = module.q_proj(inputs["target"]).view(batch_size, target_len, 4, 8).transpose(1, 2).double() * 8**-0.5
+    key = module.k_proj(inputs["source"]).view(batch_size, source_len, 4, 8).transpose(1, 2).double()
+    if cross_positions == "rope":
+        scores = rotated(query, 0, 10000.0) @ rotated(key, 0, 10000.0).transpose(-1, -2)
+    else:
+        slopes = alibi_slopes(cross_positions, 4)
+        scores = query @ key.transpose(-1, -2) + distance_bias(slopes, 0, target_len, source_len, torch.float64, "cpu")
     padding = (batch["attention_mask"] == 0)[:, None, None, :]
     expected = entmax_module.entmax(scores.masked_fill(padding, float("-inf")), 1.5, dim=-1)
     torch.testing.assert_close(out.cross_attentions[1].double(), expected, atol=1e-5, rtol=1e-5)
-    unrotated = tiny_model(init_std=0.5, alpha_init=1.5, position_embedding_type=position_type)
-    assert torch.equal(unrotated(**batch).encoder_last_hidden_state, out.encoder_last_hidden_state)
-    assert not torch.allclose(unrotated(**batch).logits, out.logits)
-
-
-@pytest.mark.parametrize("cross_positions", ["alibi", "nape"])
-def test_distance_penalty_in_cross_attention_uses_target_and_source_positions(batch, cross_positions, attention_path):
-    """With cross_attention_positions='alibi' or 'nape', the score of target token i and source token j loses
-    slope_h · |i − j| (the source counted from its first token); the encoder is as before."""
-    model = tiny_model(init_std=0.5, alpha_init=1.5, cross_attention_positions=cross_positions)
-    module = model.model.decoder.layers[1].encoder_attn
-    inputs = {}
-    module.register_forward_pre_hook(
-        lambda mod, args, kwargs: inputs.update(target=args[0], source=kwargs["key_value_states"]), with_kwargs=True
-    )
-    out = model(**batch, output_attentions=True)
-    batch_size, target_len, source_len = 2, 4, 6
-    query = module.q_proj(inputs["target"]).view(batch_size, target_len, 4, 8).transpose(1, 2) * 8**-0.5
-    key = module.k_proj(inputs["source"]).view(batch_size, source_len, 4, 8).transpose(1, 2)
-    scores = query.double() @ key.double().transpose(-1, -2)
-    slopes = alibi_slopes(cross_positions, 4)
-    scores = scores + distance_bias(slopes, 0, target_len, source_len, torch.float64, "cpu")
-    padding = (batch["attention_mask"] == 0)[:, None, None, :]
-    expected = entmax_module.entmax(scores.masked_fill(padding, float("-inf")), 1.5, dim=-1)
-    torch.testing.assert_close(out.cross_attentions[1].double(), expected, atol=1e-5, rtol=1e-5)
-    plain = tiny_model(init_std=0.5, alpha_init=1.5)
-    assert torch.equal(plain(**batch).encoder_last_hidden_state, out.encoder_last_hidden_state)
-    assert not torch.allclose(plain(**batch).logits, out.logits)
+    without = tiny_model(init_std=0.5, alpha_init=1.5, position_embedding_type=position_type)
+    assert torch.equal(without(**batch).encoder_last_hidden_state, out.encoder_last_hidden_state)
+    assert not torch.allclose(without(**batch).logits, out.logits)
 
 
 def test_cross_attention_positions_are_checked_and_described():
