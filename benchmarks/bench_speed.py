@@ -20,8 +20,9 @@ much less so).
    generation sentences/s, and the peak memory of training above the model's own (RSS, each variant measured in a
    fresh process).
 
-4. positions: the same default model with each `position_embedding_type` (sinusoidal, rope, alibi, nape) and the
-   same weights, training step time and beam-5 generation time as ratios to sinusoidal.
+4. positions: the same default model with each `position_embedding_type` (sinusoidal, rope, alibi, nape), and with
+   NAPE in cross-attention too (`cross_attention_positions`), the same weights: training step time and beam-5
+   generation time as ratios to sinusoidal.
 
 ``--markdown README.md docs/benchmarks.md`` also puts the tables into those pages, each section between its markers
 (``table:speed-mapping``, ``table:speed-attention``, ``table:speed-model``, ``table:speed-positions``): the README
@@ -322,22 +323,31 @@ def bench_model(repeats: int, report) -> None:
     )
 
 
-def position_twin(model: AdaptiveEntmaxMarianMTModel, position_type: str) -> AdaptiveEntmaxMarianMTModel:
+# The rows of the positions table: their `PositionOptions`, every other setting the default model's.
+POSITION_VARIANTS = {
+    "sinusoidal": {},
+    **{kind: {"position_embedding_type": kind} for kind in ("rope", "alibi", "nape")},
+    "nape, cross-attention nape": {"position_embedding_type": "nape", "cross_attention_positions": "nape"},
+}
+
+
+def position_twin(model: AdaptiveEntmaxMarianMTModel, positions: dict[str, str]) -> AdaptiveEntmaxMarianMTModel:
     """``model`` with other positions (`PositionOptions`): the same config otherwise, the same weights."""
     settings = {
         key: value for key, value in model.config.to_dict().items() if key not in ("auto_map", "architectures")
     }
-    twin = AdaptiveEntmaxMarianMTModel(type(model.config)(**{**settings, "position_embedding_type": position_type}))
+    twin = AdaptiveEntmaxMarianMTModel(type(model.config)(**{**settings, **positions}))
     twin.load_state_dict(model.state_dict(), strict=False)  # a sinusoidal table is not a weight
     return twin
 
 
 def bench_positions(repeats: int, report) -> None:
     report("\n#### Positions: the default model with each position type, training mode\n")
-    report(f"Measured: {describe_configuration()}; only `position_embedding_type` differs, weights the same.\n")
+    report(f"Measured: {describe_configuration()}; only the positions differ, weights the same.\n")
     model, _ = cli_default_model()
-    kinds = ("sinusoidal", "rope", "alibi", "nape")
-    models = {kind: model if kind == "sinusoidal" else position_twin(model, kind) for kind in kinds}
+    models = {
+        name: position_twin(model, positions) if positions else model for name, positions in POSITION_VARIANTS.items()
+    }
     batches = [model_batch(model.config, seed) for seed in range(4)]
     training = median_seconds(
         [training_step(twin, torch.optim.AdamW(twin.parameters(), lr=1e-4), batches) for twin in models.values()],
@@ -346,8 +356,8 @@ def bench_positions(repeats: int, report) -> None:
     generation = median_seconds([generation_step(twin, batches[0]) for twin in models.values()], repeats)
     report("| positions | training step, × sinusoidal | beam-5 generation, × sinusoidal |")
     report("| --- | ---: | ---: |")
-    for kind, train_seconds, generate_seconds in zip(kinds, training, generation, strict=True):
-        report(f"| {kind} | {train_seconds / training[0]:.3f} | {generate_seconds / generation[0]:.3f} |")
+    for name, train_seconds, generate_seconds in zip(models, training, generation, strict=True):
+        report(f"| {name} | {train_seconds / training[0]:.3f} | {generate_seconds / generation[0]:.3f} |")
 
 
 class Report:
