@@ -10,8 +10,10 @@
    pairs, and only the flags that define the variant: `softmax` (α = 1 fixed) and `adaptive` (learned α and
    softmax-matched queries, the defaults) as bench_quality defines them, and `asentmax` = `adaptive` with
    ``--attention_scaling asentmax`` in place of the softmax-matched queries. Each variant is trained with every
-   ``--positions`` (`POSITIONS`: sinusoidal, the default; rope; rope-cross, RoPE in cross-attention too; nape;
-   nape-split and alibi-split, ALiBi's encoder heads given one side each) and every ``--document_context`` N (1:
+   ``--positions`` (`POSITIONS`: sinusoidal, the default; rope; nape; nape-split and alibi-split, ALiBi's encoder
+   heads given one side each; and with a position term in cross-attention, ``-cross`` the same as self-attention's,
+   ``-cross-nape`` NAPE's distance penalty: rope-cross, nape-split-cross, sinusoidal-cross-nape, rope-cross-nape)
+   and every ``--document_context`` N (1:
    sentences only, the default; N > 1: `hf-entmax train --document_context N`, which adds examples of 2 … N
    consecutive training pairs joined); a run's name adds ``+POSITIONS`` and ``+docN`` to the variant's where they
    are not the defaults. Runs already finished in ``--runs_dir`` are read, not repeated; the default is
@@ -79,6 +81,10 @@ POSITIONS = {
     "sinusoidal": [],
     "rope": ["--position_embedding_type", "rope"],
     "rope-cross": ["--position_embedding_type", "rope", "--cross_attention_positions", "rope"],
+    "nape-split-cross": ["--position_embedding_type", "nape", "--encoder_alibi_directions", "split"]
+    + ["--cross_attention_positions", "nape"],
+    "sinusoidal-cross-nape": ["--cross_attention_positions", "nape"],
+    "rope-cross-nape": ["--position_embedding_type", "rope", "--cross_attention_positions", "nape"],
     "nape": ["--position_embedding_type", "nape"],
     "nape-split": ["--position_embedding_type", "nape", "--encoder_alibi_directions", "split"],
     "alibi-split": ["--position_embedding_type", "alibi", "--encoder_alibi_directions", "split"],

@@ -26,11 +26,12 @@ def write_multi30k_like_corpus(folder: Path) -> None:
 
 
 def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(tmp_path):
-    """Two runs (softmax and adaptive, NAPE with split directions, trained with --document_context 2), test inputs of
-    k = 2 sentences, and Sparsefinder trained on validation pairs and used at k = 2."""
+    """Two runs (softmax and adaptive, NAPE with split directions and in cross-attention, trained with
+    --document_context 2), test inputs of k = 2 sentences, and Sparsefinder trained on validation pairs and used at
+    k = 2."""
     write_multi30k_like_corpus(tmp_path / "corpus")
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_length_translation.py"), "--data_dir", "corpus"]
-    command += ["--direction", "ja-en", "--variants", "softmax", "adaptive", "--positions", "nape-split"]
+    command += ["--direction", "ja-en", "--variants", "softmax", "adaptive", "--positions", "nape-split-cross"]
     command += ["--document_context", "2", "--seeds", "0", "--max_steps", "2", "--batch_size", "8"]
     command += ["--joins", "2", "--test_sentences", "4", "--max_new_tokens_per_join", "4"]
     command += ["--sparsefinder_k", "2", "--sparsefinder_train", "1", "--sparsefinder_heldout", "1"]
@@ -39,25 +40,28 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
     completed = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr[-3000:] + completed.stdout[-3000:]
 
-    for name in ("softmax+nape-split+doc2", "adaptive+nape-split+doc2"):
+    for name in ("softmax+nape-split-cross+doc2", "adaptive+nape-split-cross+doc2"):
         folder = tmp_path / "runs" / "2-steps" / "ja-en" / name / "seed0"
         config = json.loads((folder / "config.json").read_text())
-        assert (config["position_embedding_type"], config["encoder_alibi_directions"]) == ("nape", "split")
+        positions = (config["position_embedding_type"], config["encoder_alibi_directions"])
+        assert (*positions, config["cross_attention_positions"]) == ("nape", "split", "nape")
         summary = json.loads((folder / "training_summary.json").read_text())
         assert summary["preprocessing"]["document_context"]["max_sentences"] == 2
     lines = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "+doc2" in line]
     rows = [line for line in lines if len(line) == 8]  # the first table's
     assert [(row[0], row[3]) for row in rows] == [
-        ("| 2", "softmax+nape-split+doc2"),
-        ("| 2", "adaptive+nape-split+doc2"),
+        ("| 2", "softmax+nape-split-cross+doc2"),
+        ("| 2", "adaptive+nape-split-cross+doc2"),
     ]
     results = json.loads((tmp_path / "out" / "results.json").read_text())["scores"]
-    adaptive, softmax = (results[f"{variant}+nape-split+doc2 seed0 k2"]["bleu"] for variant in ("adaptive", "softmax"))
+    adaptive, softmax = (
+        results[f"{variant}+nape-split-cross+doc2 seed0 k2"]["bleu"] for variant in ("adaptive", "softmax")
+    )
     assert rows[1][6] == f"{adaptive - softmax:+.2f}" and rows[0][6] == "–"
 
     # Sparsefinder: a predictor per run, and k = 2 translated with full and with restricted attention.
     sparse_rows = [line for line in lines if len(line) == 7]  # the second table's: k, model, seed, points, ...
-    assert [row[1] for row in sparse_rows] == ["softmax+nape-split+doc2", "adaptive+nape-split+doc2"]
+    assert [row[1] for row in sparse_rows] == ["softmax+nape-split-cross+doc2", "adaptive+nape-split-cross+doc2"]
     for row in sparse_rows:
         assert "cross `" in row[3] and float(row[-1].rstrip(" |")) > 0
         predictor = tmp_path / "out" / "sparsefinder" / row[1] / "seed0" / "val-k2" / "sparsefinder.safetensors"
