@@ -41,7 +41,8 @@ more keys than in training (the dispersion that α-entmax and ASEntmax address).
 - `…-cross` (`rope-cross`, `nape-split-cross`, …): the same positions in cross-attention too
   (``cross_attention_positions``): cross-attention sees target position minus source position, so "read the source
   symbol at my own position" is one distance at every length; RoPE rotates by it, ALiBi and NAPE subtract a penalty
-  growing with it, which no length can dilute.
+  growing with it, which no length can dilute; `rope-cross-nape`: RoPE in self-attention, NAPE's penalty in
+  cross-attention.
 
 `plain` and `offset` run by default, and the table has a row for each positions option run. The position table holds
 ``max(test_multiples) × train_length + 2`` positions (the longest test string, its `</s>` and the decoder's start).
@@ -93,9 +94,14 @@ VARIANTS: dict[str, dict] = {
 # config (`PositionOptions`), which has no table to outgrow.
 SINUSOIDAL_POSITIONS = ("plain", "offset")
 # Relative positions: "-split" gives the encoder's ALiBi heads one side each, "-cross" the same positions to
-# cross-attention.
+# cross-attention, "-cross-nape" NAPE's penalty there.
 RELATIVE_POSITIONS = ("rope", "alibi", "nape", "alibi-split", "nape-split")
-POSITIONS = (*SINUSOIDAL_POSITIONS, *RELATIVE_POSITIONS, *(f"{name}-cross" for name in RELATIVE_POSITIONS))
+POSITIONS = (
+    *SINUSOIDAL_POSITIONS,
+    *RELATIVE_POSITIONS,
+    *(f"{name}-cross" for name in RELATIVE_POSITIONS),
+    "rope-cross-nape",
+)
 
 
 def make_batch(task: str, lengths: list[int], symbols: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -136,7 +142,9 @@ def build_model(
     """The variant's model with ``positions`` (`POSITIONS`), its weights drawn from ``seed``."""
     torch.manual_seed(seed)
     sinusoidal = positions in SINUSOIDAL_POSITIONS
-    kind = positions.removesuffix("-cross").removesuffix("-split")  # rope, alibi or nape, for relative positions
+    name, _, cross = positions.partition("-cross")
+    kind = name.removesuffix("-split")  # rope, alibi or nape, for relative positions
+    cross = cross.removeprefix("-") or (kind if positions.endswith("-cross") else "none")
     config = AdaptiveEntmaxMarianConfig(
         vocab_size=FIRST_SYMBOL + arguments.symbols,
         d_model=arguments.d_model,
@@ -156,7 +164,7 @@ def build_model(
         scale_embedding=True,
         position_embedding_type="sinusoidal" if sinusoidal else kind,
         encoder_alibi_directions="split" if "-split" in positions else "both",
-        cross_attention_positions=kind if positions.endswith("-cross") else "none",
+        cross_attention_positions=cross,
         **VARIANTS[variant],
     )
     model = AdaptiveEntmaxMarianMTModel(config)

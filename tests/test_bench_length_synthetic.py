@@ -75,6 +75,7 @@ def test_a_run_of_two_kinds_of_positions_with_markdown_is_refused(tmp_path, caps
         ("nape-split", ("nape", "split", "none")),
         ("nape-split-cross", ("nape", "split", "nape")),
         ("alibi-cross", ("alibi", "both", "alibi")),
+        ("rope-cross-nape", ("rope", "both", "nape")),
         ("offset", ("sinusoidal", "both", "none")),
     ],
 )
