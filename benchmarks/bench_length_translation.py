@@ -81,8 +81,14 @@ POSITIONS = {
     "sinusoidal": [],
     "rope": ["--position_embedding_type", "rope"],
     "rope-cross": ["--position_embedding_type", "rope", "--cross_attention_positions", "rope"],
-    "nape-split-cross": ["--position_embedding_type", "nape", "--encoder_alibi_directions", "split"]
-    + ["--cross_attention_positions", "nape"],
+    "nape-split-cross": [
+        "--position_embedding_type",
+        "nape",
+        "--encoder_alibi_directions",
+        "split",
+        "--cross_attention_positions",
+        "nape",
+    ],
     "sinusoidal-cross-nape": ["--cross_attention_positions", "nape"],
     "rope-cross-nape": ["--position_embedding_type", "rope", "--cross_attention_positions", "nape"],
     "nape": ["--position_embedding_type", "nape"],
