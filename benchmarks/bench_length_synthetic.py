@@ -142,9 +142,6 @@ def build_model(
     """The variant's model with ``positions`` (`POSITIONS`), its weights drawn from ``seed``."""
     torch.manual_seed(seed)
     sinusoidal = positions in SINUSOIDAL_POSITIONS
-    name, _, cross = positions.partition("-cross")
-    kind = name.removesuffix("-split")  # rope, alibi or nape, for relative positions
-    cross = cross.removeprefix("-") or (kind if positions.endswith("-cross") else "none")
     config = AdaptiveEntmaxMarianConfig(
         vocab_size=FIRST_SYMBOL + arguments.symbols,
         d_model=arguments.d_model,
@@ -162,9 +159,7 @@ def build_model(
         decoder_start_token_id=PAD,
         forced_eos_token_id=None,
         scale_embedding=True,
-        position_embedding_type="sinusoidal" if sinusoidal else kind,
-        encoder_alibi_directions="split" if "-split" in positions else "both",
-        cross_attention_positions=cross,
+        **position_settings(positions),
         **VARIANTS[variant],
     )
     model = AdaptiveEntmaxMarianMTModel(config)
@@ -172,6 +167,20 @@ def build_model(
         for stack in (model.model.encoder, model.model.decoder):
             stack.embed_positions = ShiftedPositions(stack.embed_positions)
     return model
+
+
+def position_settings(positions: str) -> dict[str, str]:
+    """The config's position options for a `POSITIONS` name: a sinusoidal one, or ``KIND[-split][-cross[-CROSS]]``
+    (``-cross`` alone: cross-attention with the positions of self-attention)."""
+    if positions in SINUSOIDAL_POSITIONS:
+        return {"position_embedding_type": "sinusoidal"}
+    own, crossed, cross = positions.partition("-cross")
+    kind = own.removesuffix("-split")
+    return {
+        "position_embedding_type": kind,
+        "encoder_alibi_directions": "split" if own.endswith("-split") else "both",
+        "cross_attention_positions": cross.removeprefix("-") or (kind if crossed else "none"),
+    }
 
 
 def max_test_length(arguments: argparse.Namespace) -> int:
@@ -326,7 +335,7 @@ def position_table(positions: str) -> str:
     """The table a positions option's rows go to: each kind answers its own question."""
     if positions in SINUSOIDAL_POSITIONS:
         return TABLE
-    return CROSS_TABLE if positions.endswith("-cross") else RELATIVE_TABLE
+    return CROSS_TABLE if position_settings(positions)["cross_attention_positions"] != "none" else RELATIVE_TABLE
 
 
 def main(argv: list[str] | None = None) -> None:
