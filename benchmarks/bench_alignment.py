@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 from runs import MULTI30K_SPLITS, add_threads_option, benchmark_log, use_threads
-from tables import write_tables
+from tables import measured_command, write_tables
 
 from hf_entmax.alignment.align import align_pairs
 from hf_entmax.alignment.links import links_from_weights
@@ -186,7 +186,7 @@ def main() -> int:
     arguments = parser.parse_args()
     use_threads(arguments)
     models = dict(entry.split("=", 1) for entry in arguments.model)
-    command = " ".join(["python", *sys.argv])
+    command = measured_command("bench_alignment.py")
     with benchmark_log(arguments.output_dir, command, vars(arguments), torch.__config__.parallel_info()[:60]) as log:
         if arguments.data == "synthetic":
             sources, targets, gold = synthetic_data(arguments.num_pairs, arguments.output_dir)

@@ -27,8 +27,6 @@ import argparse
 import copy
 import os
 import platform
-import shlex
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,7 +42,7 @@ from bench_speed import (
     training_step,
 )
 from runs import add_threads_option, use_threads
-from tables import write_tables
+from tables import measured_command, write_tables
 
 from hf_entmax.kernels.cpu import kernel_available
 from hf_entmax.modeling import entmax as entmax_module
@@ -178,7 +176,7 @@ def main() -> None:
     for row in rows:
         report(row)
     if arguments.markdown:
-        command = shlex.join(["python", "benchmarks/bench_compile.py", *sys.argv[1:]])
+        command = measured_command("bench_compile.py")
         note = f"Measured on {time.strftime('%Y-%m-%d')} ({report.header}) with `{command}`."
         write_tables(arguments.markdown, {"compile": "\n".join([*report.sections["compile"], "", note])})
 

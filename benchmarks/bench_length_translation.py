@@ -65,7 +65,7 @@ import torch
 from bench_quality import VARIANTS as QUALITY_VARIANTS
 from bench_quality import mean_and_spread, mean_difference
 from runs import MULTI30K_SPLITS, MULTI30K_TEST, benchmark_log, joined_corpus, joined_lines, run
-from tables import write_tables
+from tables import measured_command, write_tables
 
 from hf_entmax import AdaptiveEntmaxMarianConfig
 from hf_entmax.commands.translate import load_translation_model, translate_lines, use_operating_point
@@ -446,7 +446,7 @@ def main() -> None:
         parser.error(f"--joins {max(arguments.joins)} needs at least that many --test_sentences")
 
     out = Path(arguments.output_dir)
-    command = shlex.join(["python", "benchmarks/bench_length_translation.py", *sys.argv[1:]])
+    command = measured_command("bench_length_translation.py")
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
     with benchmark_log(out, command, vars(arguments), machine) as log:
         folders = train_runs(arguments, log)

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from runs import MULTI30K_SPLITS, corpus_flags, joined_corpus, run, scores
-from tables import write_tables
+from tables import measured_command, write_tables
 
 
 VARIANTS = {
@@ -231,7 +231,7 @@ def main() -> None:
         json.dumps({f"{direction} {name}": runs for (direction, name), runs in results.items()}, indent=1)
     )
     if arguments.markdown:
-        command = shlex.join(["python", "benchmarks/bench_quality.py", *sys.argv[1:]])
+        command = measured_command("bench_quality.py")
         write_tables(arguments.markdown, {arguments.table: f"{table}\n\nMeasured with `{command}`."})
 
 

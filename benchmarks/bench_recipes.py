@@ -18,11 +18,10 @@ Prints (and writes with --markdown) validation and test BLEU/chrF of each, with 
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 
 from runs import corpus_flags, run, scores
-from tables import write_tables
+from tables import measured_command, write_tables
 
 
 FIXED_SOFTMAX = ["--alpha_init", "1", "--learn_alpha", "False"]
@@ -154,7 +153,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if arguments.markdown:
-        command = shlex.join(["python", "benchmarks/bench_recipes.py", *sys.argv[1:]])
+        command = measured_command("bench_recipes.py")
         write_tables(arguments.markdown, {"recipes": f"{table}\n\nMeasured with `{command}`."})
 
 

@@ -29,7 +29,6 @@ import argparse
 import gc
 import os
 import platform
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from pathlib import Path
 import torch
 from bench_speed import Report, median_seconds
 from runs import add_threads_option, use_threads
-from tables import write_tables
+from tables import measured_command, write_tables
 from torch.nn.functional import scaled_dot_product_attention
 
 from hf_entmax.kernels import cpu
@@ -234,7 +233,7 @@ def main() -> None:
     for line in predictions:
         report(line)
     if arguments.markdown:
-        command = shlex.join(["python", "benchmarks/bench_sparsefinder_speed.py", *sys.argv[1:]])
+        command = measured_command("bench_sparsefinder_speed.py")
         measured = f"Measured on {time.strftime('%Y-%m-%d')} ({report.header}) with `{command}`."
         write_tables(arguments.markdown, {"sparsefinder-speed": "\n".join([*report.current, "", measured])})
 

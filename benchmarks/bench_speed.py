@@ -34,16 +34,14 @@ import multiprocessing
 import os
 import platform
 import resource
-import shlex
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import entmax as entmax_reference
 import torch
 from runs import add_threads_option, use_threads
-from tables import write_tables
+from tables import measured_command, write_tables
 from tokenizers import Tokenizer, models
 from torch.nn.functional import scaled_dot_product_attention
 from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
@@ -409,7 +407,7 @@ def main() -> None:
         else:
             bench_positions(arguments.repeats, report)
     if arguments.markdown:
-        command = shlex.join(["python", "benchmarks/bench_speed.py", *sys.argv[1:]])
+        command = measured_command("bench_speed.py")
         measured = f"Measured on {time.strftime('%Y-%m-%d')} ({report.header}) with `{command}`."
         tables = {f"speed-{name}": "\n".join([*lines, "", measured]) for name, lines in report.sections.items()}
         write_tables(arguments.markdown, tables)

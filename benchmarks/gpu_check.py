@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import os
 import platform
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ from bench_speed import (
     sdpa_twin,
     training_step,
 )
-from tables import write_tables
+from tables import measured_command, write_tables
 from torch.nn.functional import scaled_dot_product_attention
 
 from hf_entmax import entmax
@@ -439,7 +438,7 @@ def main() -> int:
             right &= bench_positions(report, device, presets[0], repeats, toy=arguments.dry_run)
         print(f"({time.perf_counter() - start:.0f} s)", flush=True)
     if arguments.markdown:
-        command = shlex.join(["python", "benchmarks/gpu_check.py", *sys.argv[1:]])
+        command = measured_command("gpu_check.py")
         measured = f"Measured on {time.strftime('%Y-%m-%d')} ({report.header}) with `{command}`."
         tables = {name: "\n".join([*lines, "", measured]) for name, lines in report.sections.items()}
         write_tables(arguments.markdown, tables)

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import platform
-import shlex
 import statistics
 import sys
 import time
@@ -21,7 +20,7 @@ from typing import NoReturn
 
 import torch
 from runs import benchmark_log, use_threads
-from tables import write_tables
+from tables import measured_command, write_tables
 from torch import nn
 
 from hf_entmax.kernels.cpu import kernel_available
@@ -211,7 +210,7 @@ def run_all(
     ``--output_dir/log.txt``; then their results, by ``"task positions variant"``, in ``--output_dir/results.json``
     and their ``table`` in the log and, between the markers ``table_name``, in the ``--markdown`` files."""
     out = Path(arguments.output_dir)
-    command = shlex.join(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+    command = measured_command(script, argv)
     machine = (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads, {arguments.device}), "

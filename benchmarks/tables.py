@@ -6,8 +6,28 @@ measured it). A file holds the markers of the tables it shows (the README only t
 a benchmark's markers gets all its tables appended; a new file is created.
 """
 
+import os
 import re
+import shlex
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+
+def measured_command(script: str, argv: Sequence[str] | None = None) -> str:
+    """The command line that measured a table, as a reader would retype it from the repository root:
+    ``python benchmarks/SCRIPT`` and ``argv`` (default: this process's arguments), with every absolute path made
+    relative to the working directory, since a path of the measuring machine means nothing to the reader (and says
+    where that machine keeps its files)."""
+
+    def relative(argument: str) -> str:
+        flag, equals, value = argument.partition("=") if argument.startswith("--") else ("", "", argument)
+        if os.path.isabs(value):
+            value = os.path.relpath(value)
+        return f"{flag}{equals}{value}"
+
+    arguments = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", f"benchmarks/{script}", *map(relative, arguments)])
 
 
 def _markers(name: str) -> tuple[str, str]:

@@ -3,6 +3,7 @@ positions writes its own table, beside (not over) the sinusoidal one, cross-atte
 of two kinds with --markdown is refused before anything trains."""
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -54,6 +55,8 @@ def test_relative_and_cross_attention_positions_have_their_own_tables(tmp_path, 
     rows = [line.split(" | ")[:3] for line in table.splitlines() if line.startswith("| copy")]
     assert rows == [["| copy", positions, "asentmax"]] and "old" not in table
     assert f"--positions {positions}" in table
+    # The command is recorded as a reader retypes it: the measuring machine's absolute paths made relative.
+    assert f" {tmp_path}" not in text and f"--output_dir {os.path.relpath(tmp_path / 'out')}" in table
 
 
 @pytest.mark.parametrize("positions", [["offset", "rope"], ["rope", "rope-cross"]])
