@@ -326,6 +326,7 @@ POSITION_VARIANTS = {
     "sinusoidal": {},
     **{kind: {"position_embedding_type": kind} for kind in ("rope", "alibi", "nape")},
     "nape, cross-attention nape": {"position_embedding_type": "nape", "cross_attention_positions": "nape"},
+    "rope, cross-attention nape": {"position_embedding_type": "rope", "cross_attention_positions": "nape"},
 }
 
 
