@@ -29,7 +29,9 @@
    scored are read, not repeated. On long inputs a model trained on sentences often repeats itself until the limit,
    so the limit, not the model, sets most of the cost: a limit far beyond any reference only makes those outputs
    longer and slower. ``--test_sentences N`` uses the first N test sentences (a multiple of the largest k keeps every
-   group).
+   group). With ``--lines_per_input N`` each group is translated instead as a paragraph of k lines, N lines at a time
+   (`hf-entmax translate --paragraphs --lines_per_input N`, each input at most N × 64 new tokens), the translations
+   joined on the group's line: the way to translate a long document with a model trained on up to N sentences.
 
 4. Sparsefinder (with ``--sparsefinder_k K``): for each run, `hf-entmax sparsefinder` learns to predict each head's
    α-entmax graph on the validation set (`val`) joined K sentences at a time (its first ``--sparsefinder_train``
@@ -200,8 +202,10 @@ def read_lines(path: Path, count: int | None) -> list[str]:
 
 
 def joined_inputs(arguments: argparse.Namespace) -> tuple[int, dict[int, dict]]:
-    """Write each k's joined source and reference files; return the number of test sentences used and
-    ``{k: {"source": path, "reference": path, "lines": number of input lines}}``."""
+    """Write each k's joined source and reference files, and the same groups as paragraphs (k lines, then an empty
+    line: the input of ``--lines_per_input``); return the number of test sentences used and
+    ``{k: {"source": path, "reference": path, "paragraph_source": path, "paragraph_reference": path,
+    "lines": number of inputs}}``."""
     data_dir = Path(arguments.data_dir)
     sources = read_lines(data_dir / f"{MULTI30K_TEST}.{arguments.source}", arguments.test_sentences)
     references = read_lines(data_dir / f"{MULTI30K_TEST}.{arguments.target}", arguments.test_sentences)
@@ -211,10 +215,19 @@ def joined_inputs(arguments: argparse.Namespace) -> tuple[int, dict[int, dict]]:
     folder.mkdir(parents=True, exist_ok=True)
     inputs = {}
     for k in arguments.joins:
-        files = {"source": folder / f"k{k}.{arguments.source}", "reference": folder / f"k{k}.{arguments.target}"}
+        files = {}
         for name, lines in (("source", sources), ("reference", references)):
+            language = arguments.source if name == "source" else arguments.target
             joined = joined_lines(lines, k)
+            files[name] = folder / f"k{k}.{language}"
             files[name].write_text("".join(line + "\n" for line in joined), "utf-8")
+            # The same groups, a line per sentence and an empty line after each group (as joined_lines, no last
+            # incomplete group).
+            paragraphs = [
+                "".join(f"{line}\n" for line in lines[start : start + k]) for start in range(0, len(joined) * k, k)
+            ]
+            files[f"paragraph_{name}"] = folder / f"k{k}-paragraphs.{language}"
+            files[f"paragraph_{name}"].write_text("\n".join(paragraphs), "utf-8")
         inputs[k] = {**files, "lines": len(joined)}
     return len(sources), inputs
 
@@ -239,7 +252,8 @@ def source_token_counts(folder: Path, inputs: dict[int, dict], train_source: Pat
 
 
 def max_new_tokens(folder: Path, k: int, arguments: argparse.Namespace) -> int:
-    """k × ``--max_new_tokens_per_join``, within the model's positions where it has a table."""
+    """k × ``--max_new_tokens_per_join`` for an input of k sentences, within the model's positions where it has a
+    table."""
     positions = position_limit(AdaptiveEntmaxMarianConfig.from_pretrained(folder))  # None: relative positions
     limit = k * arguments.max_new_tokens_per_join
     return limit if positions is None else min(limit, positions - 1)
@@ -249,11 +263,18 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
     """Translate and score one k's input with one run, or read the scores if they exist; return the metrics, with
     ``length_ratio``: the translations' words over the references' (a model that stops after one sentence of k
     scores low for its length alone, whatever the sentence's quality)."""
-    metrics_file, output_file = target / f"k{k}.json", target / f"k{k}.txt"
+    per_input = arguments.lines_per_input
+    if per_input is None:
+        name, source, reference, options = f"k{k}", files["source"], files["reference"], []
+        sentences_per_input = k
+    else:
+        name, source, reference = f"k{k}-lines{per_input}", files["paragraph_source"], files["paragraph_reference"]
+        options, sentences_per_input = ["--paragraphs", "--lines_per_input", str(per_input)], min(k, per_input)
+    metrics_file, output_file = target / f"{name}.json", target / f"{name}.txt"
     if not metrics_file.exists():
-        command = ["hf-entmax", "translate", "--model", str(folder), "--input", str(files["source"])]
-        command += ["--output", str(output_file), "--reference", str(files["reference"])]
-        command += ["--metrics_file", str(metrics_file), "--max_new_tokens", str(max_new_tokens(folder, k, arguments))]
+        command = ["hf-entmax", "translate", "--model", str(folder), "--input", str(source), *options]
+        command += ["--output", str(output_file), "--reference", str(reference), "--metrics_file", str(metrics_file)]
+        command += ["--max_new_tokens", str(max_new_tokens(folder, sentences_per_input, arguments))]
         command += ["--batch_size", str(arguments.translate_batch_size), "--no-progress"]
         target.mkdir(parents=True, exist_ok=True)
         run(command, Path(arguments.output_dir) / "commands.log")
@@ -261,7 +282,7 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
     def words(path: Path) -> int:
         return len(path.read_text(encoding="utf-8").split())
 
-    return {**json.loads(metrics_file.read_text()), "length_ratio": words(output_file) / words(files["reference"])}
+    return {**json.loads(metrics_file.read_text()), "length_ratio": words(output_file) / words(reference)}
 
 
 def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.Namespace) -> dict:
@@ -387,9 +408,15 @@ def table(scores: dict, inputs: dict, tokens: dict, arguments: argparse.Namespac
         f"{arguments.source}→{arguments.target}, `{MULTI30K_TEST}` cut into groups of k consecutive sentences "
         f"(sources and references joined with a space); `small` preset, {arguments.max_steps} steps × batch "
         f"{arguments.batch_size}, default recipe; seeds {' '.join(map(str, arguments.seeds))} (mean ± standard "
-        f"deviation; − softmax: mean ± standard error of the paired differences); beam 4, at most k × "
-        f"{arguments.max_new_tokens_per_join} new tokens. A run's name: its attention variant, `+positions` where not "
-        f"sinusoidal, `+docN` where trained with `--document_context N`"
+        f"deviation; − softmax: mean ± standard error of the paired differences); "
+        + (
+            f"each group translated as a paragraph of k lines, {arguments.lines_per_input} at a time (`hf-entmax "
+            f"translate --paragraphs --lines_per_input {arguments.lines_per_input}`), the translations joined; "
+            if arguments.lines_per_input
+            else ""
+        )
+        + f"beam 4, at most {arguments.max_new_tokens_per_join} new tokens per sentence of an input. A run's name: "
+        f"its attention variant, `+positions` where not sinusoidal, `+docN` where trained with `--document_context N`"
         + (f" (also on joined training examples of up to {max(documents)} sentences)" if documents else "")
         + f". Longest training sentence: {tokens['training']['max']} source tokens (99% ≤ "
         f"{tokens['training']['p99']}). sacreBLEU {signature}.",
@@ -421,6 +448,13 @@ def main() -> None:
     parser.add_argument("--test_sentences", type=int, default=None, help="use only the first N test sentences")
     parser.add_argument("--max_new_tokens_per_join", type=int, default=64, help="generation limit per sentence")
     parser.add_argument("--translate_batch_size", type=int, default=32, help="inputs per generate call")
+    parser.add_argument(
+        "--lines_per_input",
+        type=int,
+        default=None,
+        help="translate each k-sentence group as a paragraph of k lines, this many at a time (`hf-entmax translate "
+        "--paragraphs --lines_per_input N`), instead of as one input",
+    )
     parser.add_argument("--extra", default="", help="flags added to every training run (e.g. for a quick check)")
     parser.add_argument(
         "--sparsefinder_k",
@@ -436,6 +470,10 @@ def main() -> None:
     arguments.source, _, arguments.target = arguments.direction.partition("-")
     if not arguments.source or not arguments.target:
         parser.error(f"--direction must be source-target, e.g. de-en; got {arguments.direction!r}")
+    if arguments.lines_per_input is not None and arguments.lines_per_input < 1:
+        parser.error(f"--lines_per_input must be a positive number of lines, got {arguments.lines_per_input}")
+    if arguments.sparsefinder_k is not None and arguments.lines_per_input is not None:
+        parser.error("--sparsefinder_k measures whole k-sentence inputs; leave out --lines_per_input")
     if min(arguments.joins) < 1 or (arguments.test_sentences is not None and arguments.test_sentences < 1):
         parser.error("--joins and --test_sentences must be positive integers")
     if min(arguments.document_context) < 1:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import sacrebleu
 from test_bench_quality import TINY
 
 from hf_entmax.training.synthetic import generate_pairs
@@ -66,3 +68,28 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
         assert "cross `" in row[3] and float(row[-1].rstrip(" |")) > 0
         predictor = tmp_path / "out" / "sparsefinder" / row[1] / "seed0" / "val-k2" / "sparsefinder.safetensors"
         assert predictor.is_file()
+
+
+def test_lines_per_input_translates_each_group_as_a_paragraph_a_few_lines_at_a_time(tmp_path):
+    """--lines_per_input 1: each group of k = 2 test sentences is translated one line at a time, so its output line is
+    the two k = 1 translations joined, and it is scored against the group's joined references."""
+    write_multi30k_like_corpus(tmp_path / "corpus")
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_length_translation.py"), "--data_dir", "corpus"]
+    command += ["--direction", "ja-en", "--variants", "adaptive", "--seeds", "0", "--max_steps", "2"]
+    command += ["--batch_size", "8", "--joins", "1", "2", "--test_sentences", "4", "--max_new_tokens_per_join", "4"]
+    command += ["--lines_per_input", "1", "--runs_dir", "runs", "--output_dir", "out", "--extra", TINY]
+    environment = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    completed = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-3000:] + completed.stdout[-3000:]
+
+    translations = tmp_path / "out" / "translations" / "2-steps" / "ja-en" / "adaptive" / "seed0" / "4-sentences"
+    singles = (translations / "k1-lines1.txt").read_text(encoding="utf-8").split("\n\n")
+    pairs = (translations / "k2-lines1.txt").read_text(encoding="utf-8").split("\n\n")
+    singles = [line.strip() for line in singles]
+    assert [line.strip() for line in pairs] == [f"{singles[0]} {singles[1]}", f"{singles[2]} {singles[3]}"]
+    references = (tmp_path / "corpus" / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:4]
+    scores = json.loads((translations / "k2-lines1.json").read_text())
+    expected = sacrebleu.corpus_bleu(pairs, [[f"{references[0]} {references[1]}", f"{references[2]} {references[3]}"]])
+    assert scores["bleu"] == pytest.approx(expected.score)
+    rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| 2 | 2 |")]
+    assert len(rows) == 1 and "--lines_per_input 1" in completed.stdout

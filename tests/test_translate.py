@@ -14,7 +14,13 @@ from huggingface_hub import constants
 from transformers import MarianConfig, MarianMTModel
 
 from hf_entmax.cli import main
-from hf_entmax.commands.translate import join_paragraphs, load_translation_model, scored_lines, translate_lines
+from hf_entmax.commands.translate import (
+    join_paragraphs,
+    load_translation_model,
+    paragraph_inputs,
+    scored_lines,
+    translate_lines,
+)
 
 
 SOURCES = SENTENCES[0::2]  # German sentences
@@ -196,6 +202,39 @@ def test_paragraphs_are_translated_as_one_input_each_and_scored_as_one(adaptive,
     assert "Wrote 6 lines" in printed and f"BLEU = {bleu.score:.2f}  " in printed and "(on 3 of 6 lines)" in printed
 
 
+def test_paragraph_inputs_group_each_paragraphs_lines_and_keep_empty_lines():
+    lines = ["a", " b ", "c", "", "   ", "d", "e"]
+    assert paragraph_inputs(lines, 2) == [["a b", "c"], [], [], ["d e"]]
+    assert paragraph_inputs(lines, 1) == [["a", "b", "c"], [], [], ["d", "e"]]
+    # Groups as long as the paragraphs are the paragraphs, as --paragraphs alone translates them.
+    assert paragraph_inputs(lines, 3) == [[line] if line else [] for line in join_paragraphs(lines)]
+    assert paragraph_inputs([], 2) == []
+
+
+def test_a_paragraph_is_translated_lines_per_input_lines_at_a_time_on_its_one_line(
+    adaptive, tokenizer, folder, capsys
+):
+    # A paragraph of 3 lines, 2 at a time: its first two lines are one input, its third another, and their
+    # translations share the paragraph's output line; the reference is joined per paragraph as without the option.
+    lines = [SOURCES[0], "", SOURCES[3], "ein hund", SOURCES[1]]
+    references = [REFERENCES[0], "", REFERENCES[3], "a dog", REFERENCES[1]]
+    (folder / "document.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "reference.txt").write_text("\n".join(references) + "\n", encoding="utf-8")
+    first, second, third = translate_lines(
+        adaptive, tokenizer, [SOURCES[0], f"{SOURCES[3]} ein hund", SOURCES[1]], progress=False
+    )
+    arguments = ["--model", str(folder / "model"), "--input", str(folder / "document.txt"), "--paragraphs"]
+    arguments += ["--lines_per_input", "2", "--reference", str(folder / "reference.txt")]
+    arguments += ["--output", str(folder / "out.txt"), "--no-progress"]
+    assert main(["translate", *arguments]) == 0
+    expected = [first, "", f"{second} {third}"]
+    assert (folder / "out.txt").read_text(encoding="utf-8").split("\n") == [*expected, ""]
+    joined_references = [REFERENCES[0], f"{REFERENCES[3]} a dog {REFERENCES[1]}"]
+    bleu = sacrebleu.corpus_bleu([first, f"{second} {third}"], [joined_references])
+    printed = capsys.readouterr().out
+    assert "Wrote 3 lines" in printed and f"BLEU = {bleu.score:.2f}  " in printed
+
+
 def test_lines_empty_on_one_side_only_are_not_scored_and_are_named_in_one_warning(caplog):
     sources = ["ein hund", "", "zwei katzen", "eine frau", ""]
     references = ["a dog", "", "", "a woman", "a man"]
@@ -262,6 +301,10 @@ def test_bad_input_gives_one_line_errors(folder, tokenizer, capsys):
     assert "latin1.txt line 2: not valid UTF-8" in error
     error = one_line_error(capsys, ["--model", model, "--input", source, "--metrics_file", str(folder / "m.json")])
     assert "--metrics_file needs --reference" in error
+    error = one_line_error(capsys, ["--model", model, "--input", source, "--lines_per_input", "2"])
+    assert "--lines_per_input needs --paragraphs" in error
+    error = one_line_error(capsys, ["--model", model, "--input", source, "--paragraphs", "--lines_per_input", "0"])
+    assert "--lines_per_input must be a positive number of lines, got 0" in error
     error = one_line_error(capsys, ["--model", model, "--input", source, "--num_beams", "0"])
     assert "`num_beams` must be a positive integer, got 0" in error
     error = one_line_error(capsys, ["--model", model, "--input", source, "--output", source])

@@ -8,6 +8,9 @@ restricted attention at an operating point of `hf-entmax sparsefinder` (see docs
 `--paragraphs` translates each paragraph — consecutive non-empty lines, up to an empty line — as one input: a model
 trained on joined sentences (`hf-entmax train --document_context`) then sees the context of every sentence. Each
 paragraph becomes one output line and the empty lines stay, so the output keeps the document's paragraph structure.
+`--lines_per_input N` translates a paragraph N lines at a time instead, and joins those translations on its line: a
+model trained on up to N joined sentences writes about one sentence per sentence it reads for inputs of that length,
+and stops short on longer ones (docs/benchmarks.md, document-level training).
 
 Input longer than the model accepts is truncated to its limit, with one warning listing the lines: a long document
 should not fail hours in because of one over-long line, the output stays line-aligned, and the warning says which
@@ -91,6 +94,14 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="Translate each paragraph (consecutive non-empty lines, up to an empty line) as one input, written as "
         "one line; empty lines stay. With --reference, the reference's lines of each paragraph are joined likewise.",
+    )
+    parser.add_argument(
+        "--lines_per_input",
+        type=int,
+        default=None,
+        help="With --paragraphs: translate each paragraph N consecutive lines at a time (one input each), their "
+        "translations joined on the paragraph's line; for a model trained with --document_context N "
+        "(default: the whole paragraph as one input).",
     )
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=True, help="Show a progress bar (on stderr)."
@@ -345,26 +356,58 @@ def use_operating_point(
         raise HfEntmaxValueError(f"--sparsefinder: {last_line(str(error))}") from None
 
 
+def paragraphs(lines: Sequence[str]) -> list[list[int]]:
+    """The output lines of ``--paragraphs``: for each, the 0-based indices of the lines of ``lines`` it holds — a
+    paragraph's (a run of non-empty lines), or none for an empty (or whitespace-only) line.
+
+    ``["a", "b", "", "c"]`` gives ``[[0, 1], [], [3]]``.
+    """
+    layout: list[list[int]] = []
+    in_paragraph = False
+    for index, line in enumerate(lines):
+        if not line.strip():
+            layout.append([])
+            in_paragraph = False
+        elif in_paragraph:
+            layout[-1].append(index)
+        else:
+            layout.append([index])
+            in_paragraph = True
+    return layout
+
+
 def join_paragraphs(lines: Sequence[str], paragraph_lines: Sequence[str] | None = None) -> list[str]:
-    """Each paragraph of ``lines`` — a run of non-empty lines — as one line of its lines joined with a space, the empty
-    (or whitespace-only) lines kept as ``""``; with ``paragraph_lines`` (as long as ``lines``), the paragraphs are
-    ``lines``' and the text joined is ``paragraph_lines``' (a reference joined where its source is).
+    """Each paragraph of ``lines`` (`paragraphs`) as one line of its lines joined with a space, the empty lines kept as
+    ``""``; with ``paragraph_lines`` (as long as ``lines``), the paragraphs are ``lines``' and the text joined is
+    ``paragraph_lines``' (a reference joined where its source is).
 
     ``["a", "b", "", "c"]`` gives ``["a b", "", "c"]``.
     """
     texts = lines if paragraph_lines is None else paragraph_lines
-    joined: list[str] = []
-    in_paragraph = False
-    for line, text in zip(lines, texts, strict=True):
-        if not line.strip():
-            joined.append("")
-            in_paragraph = False
-        elif in_paragraph:
-            joined[-1] = f"{joined[-1]} {text.strip()}".strip()
-        else:
-            joined.append(text.strip())
-            in_paragraph = True
-    return joined
+    if len(texts) != len(lines):
+        raise ValueError(f"{len(texts)} lines to join where the paragraphs have {len(lines)}")
+    return [" ".join(texts[index].strip() for index in paragraph) for paragraph in paragraphs(lines)]
+
+
+def paragraph_inputs(lines: Sequence[str], lines_per_input: int) -> list[list[str]]:
+    """For each output line of ``--paragraphs`` (`paragraphs`), the inputs it is translated from: its paragraph's
+    lines in consecutive groups of at most ``lines_per_input``, each group joined with a space (none for an empty
+    line).
+
+    ``(["a", "b", "c", "", "d"], 2)`` gives ``[["a b", "c"], [], ["d"]]``.
+    """
+    return [
+        [" ".join(lines[index].strip() for index in paragraph[start : start + lines_per_input])
+         for start in range(0, len(paragraph), lines_per_input)]
+        for paragraph in paragraphs(lines)
+    ]  # fmt: skip
+
+
+def joined_translations(translations: Iterator[str], inputs_per_line: Sequence[int]) -> Iterator[str]:
+    """Each output line's translation, as ``translations`` (of every line's inputs in order) come: the next
+    ``inputs_per_line[i]`` of them joined with a space (``""`` for a line of none)."""
+    for count in inputs_per_line:
+        yield " ".join(next(translations) for _ in range(count))
 
 
 def scored_lines(
@@ -399,16 +442,23 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.metrics_file and not args.reference:
         raise HfEntmaxValueError("--metrics_file needs --reference (the scores are computed against it)")
+    if args.lines_per_input is not None and not args.paragraphs:
+        raise HfEntmaxValueError("--lines_per_input needs --paragraphs (it groups the lines of each paragraph)")
+    if args.lines_per_input is not None and args.lines_per_input < 1:
+        raise HfEntmaxValueError(f"--lines_per_input must be a positive number of lines, got {args.lines_per_input}")
     device = resolve_device(args.device)
     if args.reference:
         sources, references = read_aligned_lines(args.input, args.reference, "--input", "--reference")
         scored = scored_lines(sources, references, f"--input {args.input} / --reference {args.reference}")
     else:
         sources, references, scored = read_lines(args.input, "--input"), None, []
+    # What is translated: each line, or each paragraph's inputs (one per output line, or several joined on it).
+    inputs = [[line] for line in sources]
     if args.paragraphs:
         # A reference is joined where its source is, so that each paragraph is scored against its own lines.
         if references is not None:
             references = join_paragraphs(sources, references)
+        inputs = paragraph_inputs(sources, args.lines_per_input or max(len(sources), 1))
         sources = join_paragraphs(sources)
         if references is not None:
             scored = [index for index in range(len(sources)) if sources[index] and references[index]]
@@ -435,15 +485,16 @@ def run(args: argparse.Namespace) -> int:
             model, tokenizer = load_translation_model(args.model, device, progress=args.progress)
             if args.sparsefinder:
                 use_operating_point(model, args.sparsefinder, args.sparsefinder_predictor, args.model)
-            for translation in iter_translations(
+            translated = iter_translations(
                 model,
                 tokenizer,
-                sources,
+                [text for line_inputs in inputs for text in line_inputs],
                 num_beams=args.num_beams,
                 batch_size=args.batch_size,
                 max_new_tokens=args.max_new_tokens,
                 progress=args.progress,
-            ):
+            )
+            for translation in joined_translations(translated, [len(line_inputs) for line_inputs in inputs]):
                 output.write(f"{translation}\n")
                 translations.append(translation)
     except KeyboardInterrupt:
