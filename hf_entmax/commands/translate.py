@@ -389,18 +389,19 @@ def join_paragraphs(lines: Sequence[str], paragraph_lines: Sequence[str] | None 
     return [" ".join(texts[index].strip() for index in paragraph) for paragraph in paragraphs(lines)]
 
 
-def paragraph_inputs(lines: Sequence[str], lines_per_input: int) -> list[list[str]]:
+def paragraph_inputs(lines: Sequence[str], lines_per_input: int | None = None) -> list[list[str]]:
     """For each output line of ``--paragraphs`` (`paragraphs`), the inputs it is translated from: its paragraph's
-    lines in consecutive groups of at most ``lines_per_input``, each group joined with a space (none for an empty
-    line).
+    lines in consecutive groups of at most ``lines_per_input`` (None: the whole paragraph), each group joined with a
+    space (none for an empty line).
 
     ``(["a", "b", "c", "", "d"], 2)`` gives ``[["a b", "c"], [], ["d"]]``.
     """
-    return [
-        [" ".join(lines[index].strip() for index in paragraph[start : start + lines_per_input])
-         for start in range(0, len(paragraph), lines_per_input)]
-        for paragraph in paragraphs(lines)
-    ]  # fmt: skip
+    inputs = []
+    for paragraph in paragraphs(lines):
+        size = lines_per_input or max(len(paragraph), 1)  # an empty line's paragraph has no lines, no groups
+        groups = [paragraph[start : start + size] for start in range(0, len(paragraph), size)]
+        inputs.append([" ".join(lines[index].strip() for index in group) for group in groups])
+    return inputs
 
 
 def joined_translations(translations: Iterator[str], inputs_per_line: Sequence[int]) -> Iterator[str]:
@@ -458,7 +459,7 @@ def run(args: argparse.Namespace) -> int:
         # A reference is joined where its source is, so that each paragraph is scored against its own lines.
         if references is not None:
             references = join_paragraphs(sources, references)
-        inputs = paragraph_inputs(sources, args.lines_per_input or max(len(sources), 1))
+        inputs = paragraph_inputs(sources, args.lines_per_input)
         sources = join_paragraphs(sources)
         if references is not None:
             scored = [index for index in range(len(sources)) if sources[index] and references[index]]
