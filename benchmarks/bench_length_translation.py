@@ -7,9 +7,10 @@
 
 1. Training. Each variant and seed is one run of `benchmarks/bench_quality.py` (called as a command): `hf-entmax
    train` with the `small` preset, its default recipe, ``--max_steps`` × batch ``--batch_size`` on Multi30k sentence
-   pairs, and only the flags that define the variant: `softmax` (α = 1 fixed) and `adaptive` (learned α and
-   softmax-matched queries, the defaults) as bench_quality defines them, and `asentmax` = `adaptive` with
-   ``--attention_scaling asentmax`` in place of the softmax-matched queries. Each variant is trained with every
+   pairs, and only the flags that define the variant: `softmax` (α = 1 fixed), `adaptive` (learned α and
+   softmax-matched queries, the defaults) and `adaptive-unscaled` (learned α, no query scaling: the paper's model)
+   as bench_quality defines them, and `asentmax` = `adaptive` with ``--attention_scaling asentmax`` in place of the
+   softmax-matched queries. Each variant is trained with every
    ``--positions`` (`POSITIONS`: sinusoidal, the default; rope; nape; nape-split and alibi-split, ALiBi's encoder
    heads given one side each; and with a position term in cross-attention, ``-cross`` the same as self-attention's,
    ``-cross-nape`` NAPE's distance penalty: rope-cross, nape-split-cross, sinusoidal-cross-nape, rope-cross-nape)
@@ -101,12 +102,14 @@ VARIANTS = {
     "softmax": QUALITY_VARIANTS["softmax"],
     "adaptive": QUALITY_VARIANTS["adaptive"],
     "asentmax": [*QUALITY_VARIANTS["adaptive"], "--attention_scaling", "asentmax"],
+    "adaptive-unscaled": QUALITY_VARIANTS["adaptive-unscaled"],
 }
 # What each variant's saved config.json must say, so that a reused run is the variant it is taken for.
 EXPECTED_CONFIG = {
     "softmax": {"learn_alpha": False, "alpha_init": 1.0},  # any query scaling is 1 at α = 1
     "adaptive": {"learn_alpha": True, "attention_scaling": "softmax_matched"},
     "asentmax": {"learn_alpha": True, "attention_scaling": "asentmax"},
+    "adaptive-unscaled": {"learn_alpha": True, "attention_scaling": "none"},
 }
 
 

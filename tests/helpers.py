@@ -91,7 +91,8 @@ def tiny_marian(vocab_size: int) -> MarianMTModel:
 
 
 def random_predictor(model, dim: int = 3, seed: int = 0) -> SparsefinderPredictor:
-    """Untrained projections for every layer of every attention type, with quantiles and 2 centroids."""
+    """Untrained projections for every layer of every attention type, with quantiles, 2 centroids and a position
+    term."""
     generator = torch.Generator().manual_seed(seed)
     config = model.config
     head_dim = config.d_model // config.encoder_attention_heads
@@ -103,6 +104,7 @@ def random_predictor(model, dim: int = 3, seed: int = 0) -> SparsefinderPredicto
             torch.randn(heads, head_dim, dim, generator=generator),
             torch.linspace(-3, 3, QUANTILE_STEPS + 1).expand(heads, dim, -1).contiguous(),
             {2: torch.randn(heads, 2, dim, generator=generator)},
+            torch.rand(heads, generator=generator),
         )
 
     layers = {

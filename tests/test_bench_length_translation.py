@@ -72,17 +72,24 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
 
 def test_lines_per_input_translates_each_group_as_a_paragraph_a_few_lines_at_a_time(tmp_path):
     """--lines_per_input 1: each group of k = 2 test sentences is translated one line at a time, so its output line is
-    the two k = 1 translations joined, and it is scored against the group's joined references."""
+    the two k = 1 translations joined, and it is scored against the group's joined references. The model is the
+    paper's (adaptive-unscaled: learned α, no query scaling)."""
     write_multi30k_like_corpus(tmp_path / "corpus")
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_length_translation.py"), "--data_dir", "corpus"]
-    command += ["--direction", "ja-en", "--variants", "adaptive", "--seeds", "0", "--max_steps", "2"]
+    command += ["--direction", "ja-en", "--variants", "adaptive-unscaled", "--seeds", "0", "--max_steps", "2"]
     command += ["--batch_size", "8", "--joins", "1", "2", "--test_sentences", "4", "--max_new_tokens_per_join", "4"]
     command += ["--lines_per_input", "1", "--runs_dir", "runs", "--output_dir", "out", "--extra", TINY]
     environment = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     completed = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr[-3000:] + completed.stdout[-3000:]
 
-    translations = tmp_path / "out" / "translations" / "2-steps" / "ja-en" / "adaptive" / "seed0" / "4-sentences"
+    config = json.loads(
+        (tmp_path / "runs" / "2-steps" / "ja-en" / "adaptive-unscaled" / "seed0" / "config.json").read_text()
+    )
+    assert (config["learn_alpha"], config["attention_scaling"]) == (True, "none")
+    translations = (
+        tmp_path / "out" / "translations" / "2-steps" / "ja-en" / "adaptive-unscaled" / "seed0" / "4-sentences"
+    )
     singles = (translations / "k1-lines1.txt").read_text(encoding="utf-8").split("\n\n")
     pairs = (translations / "k2-lines1.txt").read_text(encoding="utf-8").split("\n\n")
     singles = [line.strip() for line in singles]

@@ -87,12 +87,26 @@ def test_restricted_attention_is_exactly_zero_off_the_graph_and_a_query_with_no_
         torch.testing.assert_close(fallback.logits, full.logits, rtol=0, atol=0)
 
 
+def position_only_predictor(model) -> SparsefinderPredictor:
+    """Projections that see nothing (zero) and a position term of 1 per head: the distance graph of threshold t is the
+    pairs at most t² positions apart, in cross-attention too."""
+    predictor = random_predictor(model)
+    for layers in predictor.layers.values():
+        for layer in layers:
+            layer.query.zero_(), layer.key.zero_(), layer.position.fill_(1.0)
+    return predictor
+
+
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
-def test_cached_generation_with_a_window_equals_uncached_teacher_forcing(batch, cache_implementation):
+@pytest.mark.parametrize("spec", ["window:size=1", "distance:threshold=1.5"])
+def test_cached_generation_with_positions_in_the_graph_equals_uncached_teacher_forcing(
+    batch, cache_implementation, spec
+):
     """In cached decoding a query's position is its number of visible keys − 1 (a static cache holds more keys than
-    the sequence so far): the window must mean the same there as in teacher forcing."""
+    the sequence so far), and in cross-attention the number of target tokens before it: a window, and the distance
+    method's position term (in every attention type), must mean the same there as in teacher forcing."""
     model = tiny_model(seed=2, init_std=2.0)
-    model.set_predicted_sparsity("window:size=1")
+    model.set_predicted_sparsity(spec, predictor=position_only_predictor(model))
     inputs = {key: batch[key] for key in ("input_ids", "attention_mask")}
     generated = model.generate(
         **inputs, max_length=8, num_beams=1, do_sample=False, cache_implementation=cache_implementation
@@ -181,8 +195,7 @@ def test_contrastive_training_raises_the_recall_of_the_distance_graph():
     def recall_at_sparsity(projections: LayerProjections, sparsity: float) -> float:
         distances, supports = [], []
         for batch in batches:
-            projected_query, projected_key = projections.project(batch.query, batch.key)
-            distances.append(torch.cdist(projected_query, projected_key).flatten())
+            distances.append(projections.squared_distances(batch.query, batch.key, torch.arange(12)).flatten())
             supports.append(batch.support.flatten())
         distances, supports = torch.cat(distances), torch.cat(supports)
         threshold = distances.quantile(1 - sparsity)
@@ -205,6 +218,47 @@ def test_contrastive_training_raises_the_recall_of_the_distance_graph():
     assert distances.numel() == sum(int(batch.support.sum()) for batch in batches)
 
 
+@pytest.mark.parametrize("kind", ["encoder_self", "cross"])
+def test_the_position_term_learns_a_local_head_whose_queries_and_keys_carry_no_position(kind):
+    """An ALiBi head with a steep slope: its support is the keys at most 2 positions from the query, whatever the
+    queries and keys (here noise) say. Projections alone cannot find it; with the position term the distance graph
+    at the support's own sparsity recalls nearly all of it, in self- and cross-attention (query i, key j of 14)."""
+    from tqdm.auto import tqdm
+
+    generator = torch.Generator().manual_seed(0)
+    query_len, key_len = (14, 14) if kind == "encoder_self" else (10, 14)
+    offsets = torch.arange(query_len)[:, None] - torch.arange(key_len)
+    support = (offsets.abs() <= 2).expand(4, 1, query_len, key_len)
+    batches = [
+        AttentionBatch(
+            torch.randn(4, 1, query_len, 16, generator=generator),
+            torch.randn(4, 1, key_len, 16, generator=generator),
+            support,
+            torch.ones(4, query_len, key_len, dtype=torch.bool),
+        )
+        for _ in range(8)
+    ]
+    sparsity = 1 - support.float().mean().item()
+
+    def recall(projections: LayerProjections) -> float:
+        """Recall of the distance graph that keeps as many pairs as the support has."""
+        distances = []
+        for batch in batches:
+            distances.append(projections.squared_distances(batch.query, batch.key, torch.arange(query_len)).flatten())
+        distances = torch.cat(distances)
+        threshold = distances.quantile(1 - sparsity)
+        return float((distances[support.repeat(8, 1, 1, 1).flatten()] <= threshold).float().mean())
+
+    results = {}
+    for position_term in (False, True):
+        settings = TrainingSettings(projection_dim=2, epochs=10, clusters=(2,), position_term=position_term)
+        with tqdm(disable=True) as bar:
+            projections, _ = train_layer(batches, settings, torch.Generator().manual_seed(0), bar)
+        assert (projections.position is not None) == position_term
+        results[position_term] = recall(projections)
+    assert results[True] > 0.95 and results[False] < 0.6, results
+
+
 def test_the_predictor_saves_loads_and_runs_in_a_folder_loaded_without_hf_entmax_code(tokenizer, tmp_path, batch):
     model = tiny_model(vocab_size=len(tokenizer))
     predictor = random_predictor(model)
@@ -219,6 +273,7 @@ def test_the_predictor_saves_loads_and_runs_in_a_folder_loaded_without_hf_entmax
             assert torch.equal(ours.quantiles, theirs.quantiles) and torch.equal(
                 ours.centroids[2], theirs.centroids[2]
             )
+            assert torch.equal(ours.position, theirs.position)
 
     # The folder's own flat files (transformers_modules), as a Hub user without hf_entmax loads them.
     remote_class = get_class_from_dynamic_module(

@@ -63,6 +63,12 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
         "--epochs", type=int, default=defaults.epochs, help="Training passes over the sample (default: 10)."
     )
     parser.add_argument(
+        "--position_term",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.position_term,
+        help="Learn a weight per head on the query–key distance |i − j| for the distance method (default: on).",
+    )
+    parser.add_argument(
         "--window",
         type=int,
         default=None,
@@ -200,7 +206,9 @@ def run(args: argparse.Namespace) -> int:
         training = collect_attention(
             model, tokenizer, train_sources, train_targets, kinds, description="Collecting (training)", **collect
         )
-        settings = TrainingSettings(projection_dim=args.projection_dim, epochs=args.epochs, seed=args.seed)
+        settings = TrainingSettings(
+            projection_dim=args.projection_dim, epochs=args.epochs, position_term=args.position_term, seed=args.seed
+        )
         predictor = train_predictor(training, settings, progress=args.progress)
         del training
     heldout_sample = collect_attention(

@@ -177,7 +177,11 @@ def entmax_attention_forward(
     predicted_sparsity = getattr(module, "predicted_sparsity", None)  # any module with alpha() may call this
     # Sparsefinder's pairs, read off the unscaled queries and the mask (after query_scale, which counts every key the
     # mask allows).
-    graph = None if predicted_sparsity is None else predicted_sparsity.graph(query, key, mask)  # (B, H, Lq, Lk)
+    graph = (
+        None
+        if predicted_sparsity is None
+        else predicted_sparsity.graph(query, key, mask, kwargs.get("query_start", 0))
+    )  # (B, H, Lq, Lk)
     # ALiBi's distance bias joins the additive mask, which every kernel adds to the scores (per head and query): a
     # masked entry stays at or below the mask's floor.
     position_bias = getattr(module, "position_bias", None)
@@ -334,8 +338,9 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         query_start = 0
         if layer_cache is not None and not is_cross_attention:
             query_start = layer_cache.get_seq_length(self.layer_idx)
-        elif is_cross_attention and self.position_type != "none" and isinstance(cache, EncoderDecoderCache):
-            # Cross-attention with positions: the layer's self-attention has cached this step's tokens already.
+        elif is_cross_attention and isinstance(cache, EncoderDecoderCache):
+            # The target positions (of cross-attention's position term, and Sparsefinder's): the layer's
+            # self-attention has cached this step's tokens already.
             query_start = cache.self_attention_cache.get_seq_length(self.layer_idx) - input_shape[-1]
         if self.position_type == "rope":
             cos, sin = rope_angles(query, query_start, self.rope_theta)

@@ -5,7 +5,10 @@ head, queries and keys are projected to a few dimensions by learned linear maps 
 loss on the true entmax supports, see ``hf_entmax.sparsefinder``), and the graph of pairs to compute is read off the
 projections:
 
-- ``distance``: the pairs whose projections are within a Euclidean distance ``threshold``;
+- ``distance``: the pairs whose projections are within a Euclidean distance ``threshold``, where a learned weight per
+  head times the distance ``|i − j|`` between query and key positions adds to the squared distance (the position
+  term: what a query and a key carry says nothing of their distance in heads that get it from ALiBi's bias, NAPE's
+  included, and little in any head, yet many heads attend locally);
 - ``quantization``: the pairs that fall in the same bucket in at least one projected dimension, each dimension cut
   into ``buckets`` equally populated buckets (quantiles of the training projections);
 - ``clustering``: the pairs whose projections have the same nearest k-means centroid (``clusters`` centroids);
@@ -53,10 +56,11 @@ QUANTILE_STEPS = 64
 # grows with the number (10**22 buckets would not even fit an index).
 MAX_BUCKETS = 65536
 # The tensors of a predictor file: ``{attention_type}.{layer}.{part}``, every layer with the three parts below, and
-# ``{attention_type}.{layer}.centroids.{k}`` for each number of clusters k.
+# ``{attention_type}.{layer}.centroids.{k}`` for each number of clusters k, and ``{attention_type}.{layer}.position``
+# where the position term was learned (predictors written before it have none: no position term).
 PREDICTOR_PARTS = ("query", "key", "quantiles")
 _PREDICTOR_KEY = re.compile(
-    rf"^({'|'.join(ATTENTION_TYPES)})\.(\d+)\.(?:({'|'.join(PREDICTOR_PARTS)})|centroids\.(\d+))$"
+    rf"^({'|'.join(ATTENTION_TYPES)})\.(\d+)\.(?:({'|'.join((*PREDICTOR_PARTS, 'position'))})|centroids\.(\d+))$"
 )
 
 
@@ -142,12 +146,15 @@ class LayerProjections:
         quantiles: ``(heads, r, QUANTILE_STEPS + 1)`` quantiles of each projected dimension over the training
             queries and keys, at levels 0, 1/QUANTILE_STEPS, …, 1 (the quantization method's bucket edges).
         centroids: ``{k: (heads, k, r)}`` k-means centroids of the training projections, per number of clusters.
+        position: ``(heads,)`` ≥ 0, the weight of the position distance ``|i − j|`` in the distance method's squared
+            distance (None: no position term).
     """
 
     query: torch.Tensor
     key: torch.Tensor
     quantiles: torch.Tensor
     centroids: dict[int, torch.Tensor] = field(default_factory=dict)
+    position: torch.Tensor | None = None
 
     def project(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(B, H, Lq, D)``, ``(B, H, Lk, D)`` → ``(B, H, Lq, r)``, ``(B, H, Lk, r)`` in float32 (or float64)."""
@@ -156,12 +163,32 @@ class LayerProjections:
         projected_key = torch.einsum("bhld,hdr->bhlr", key.to(dtype), self.key.to(key.device, dtype))
         return projected_query, projected_key
 
+    def squared_distances(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """What the distance method thresholds and training separates: the squared distance of the projected query
+        and key, plus the position term ``position_h · |i − j|``.
+
+        Args:
+            query: ``(B, H, Lq, D)``; key: ``(B, H, Lk, D)``, at positions 0 … Lk − 1.
+            positions: ``(..., Lq)`` the queries' positions.
+
+        Returns:
+            ``(B, H, Lq, Lk)`` in float32 (or float64).
+        """
+        squared = squared_distances(*self.project(query, key))
+        if self.position is None:
+            return squared
+        offsets = positions[..., :, None] - torch.arange(key.shape[-2], device=positions.device)  # (..., Lq, Lk)
+        while offsets.dim() < 4:
+            offsets = offsets.unsqueeze(0)
+        return squared + self.position.to(squared.device, squared.dtype).view(1, -1, 1, 1) * offsets.abs()
+
     def to(self, device: torch.device | str) -> "LayerProjections":
         return LayerProjections(
             self.query.to(device),
             self.key.to(device),
             self.quantiles.to(device),
             {clusters: centroids.to(device) for clusters, centroids in self.centroids.items()},
+            None if self.position is None else self.position.to(device),
         )
 
 
@@ -193,6 +220,8 @@ class SparsefinderPredictor:
                 tensors[f"{prefix}.quantiles"] = layer.quantiles.detach().float().cpu().contiguous()
                 for clusters, centroids in layer.centroids.items():
                     tensors[f"{prefix}.centroids.{clusters}"] = centroids.detach().float().cpu().contiguous()
+                if layer.position is not None:
+                    tensors[f"{prefix}.position"] = layer.position.detach().float().cpu().contiguous()
         save_file(tensors, str(path), metadata={"format": PREDICTOR_FORMAT, "metadata": json.dumps(self.metadata)})
 
     @classmethod
@@ -272,12 +301,12 @@ def squared_distances(projected_query: torch.Tensor, projected_key: torch.Tensor
     return (projected_query[..., :, None, :] - projected_key[..., None, :, :]).square().sum(-1)
 
 
-def distance_graph(projected_query: torch.Tensor, projected_key: torch.Tensor, threshold: float) -> torch.Tensor:
-    """``(B, H, Lq, r)``, ``(B, H, Lk, r)`` → ``(B, H, Lq, Lk)`` bool: pairs within Euclidean ``threshold``."""
+def distance_graph(squared: torch.Tensor, threshold: float) -> torch.Tensor:
+    """``(B, H, Lq, Lk)`` squared distances (`LayerProjections.squared_distances`) → bool: the pairs within
+    ``threshold`` (``inf``: every pair)."""
     if math.isinf(threshold):
-        shape = (*projected_query.shape[:-1], projected_key.shape[-2])
-        return torch.ones(shape, dtype=torch.bool, device=projected_query.device)
-    return squared_distances(projected_query, projected_key) <= threshold * threshold
+        return torch.ones_like(squared, dtype=torch.bool)
+    return squared <= threshold * threshold
 
 
 def bucket_edges(quantiles: torch.Tensor, buckets: int) -> torch.Tensor:
@@ -347,7 +376,8 @@ def predicted_graph(
         query: ``(B, H, Lq, D)`` unscaled queries (as the attention function receives them).
         key: ``(B, H, Lk, D)``.
         self_attention: Whether queries and keys are positions of one sequence (windows need it).
-        positions: ``(..., Lq)`` each query's position among the keys, for windows (default `last_positions`).
+        positions: ``(..., Lq)`` each query's position, for windows and the position term (default: teacher
+            forcing's, `last_positions` in self-attention and 0 … Lq − 1 in cross-attention). Keys are at 0 … Lk − 1.
 
     Returns:
         ``(B, H, Lq, Lk)`` bool, or ``(Lq, Lk)`` for the window method.
@@ -359,25 +389,29 @@ def predicted_graph(
     if uses_window and not self_attention:
         raise ValueError(f"{point.spec()}: windows exist in self-attention only, not in cross-attention")
     query_len, key_len = query.shape[-2], key.shape[-2]
-    if uses_window and positions is None:
-        positions = last_positions(query_len, key_len, query.device)
+    if positions is None:
+        positions = (
+            last_positions(query_len, key_len, query.device)
+            if self_attention
+            else torch.arange(query_len, device=query.device)
+        )
     if point.method == "window":
         return window_graph(positions, key_len, int(point.knob))
     if projections is None:
         raise ValueError(f"{point.spec()} needs the learned projections of a Sparsefinder predictor")
-    projected_query, projected_key = projections.project(query, key)
     if point.method == "distance":
-        graph = distance_graph(projected_query, projected_key, float(point.knob))
+        graph = distance_graph(projections.squared_distances(query, key, positions), float(point.knob))
     elif point.method == "quantization":
         edges = bucket_edges(projections.quantiles.to(query.device), int(point.knob))
-        graph = quantization_graph(projected_query, projected_key, edges)
+        graph = quantization_graph(*projections.project(query, key), edges)
     else:
         if int(point.knob) not in projections.centroids:
             raise ValueError(
                 f"{point.spec()}: the predictor has centroids for clusters="
                 f"{', '.join(map(str, sorted(projections.centroids)))} only"
             )
-        graph = cluster_graph(projected_query, projected_key, projections.centroids[int(point.knob)].to(query.device))
+        centroids = projections.centroids[int(point.knob)].to(query.device)
+        graph = cluster_graph(*projections.project(query, key), centroids)
     if point.window is not None:
         graph = graph | window_graph(positions, key_len, point.window)
     return graph
@@ -409,7 +443,9 @@ class PredictedSparsity:
         self.point, self.projections = point, projections
         self.self_attention, self.causal = self_attention, causal
 
-    def graph(self, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def graph(
+        self, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, query_start: int | torch.Tensor = 0
+    ) -> torch.Tensor:
         """The pairs restricted attention computes (`effective_graph` of the prediction and the allowed pairs).
 
         Args:
@@ -417,6 +453,8 @@ class PredictedSparsity:
             key: ``(B, H, Lk, D)``.
             mask: Additive mask broadcastable to ``(B, H, Lq, Lk)`` (0 keeps a key, −inf or the dtype's lowest value
                 masks it), or ``None``.
+            query_start: The position of the first query (the tokens already cached; in cross-attention the target
+                tokens before it).
 
         Returns:
             ``(B, H, Lq, Lk)`` bool.
@@ -424,7 +462,7 @@ class PredictedSparsity:
         key_len = key.shape[-2]
         if self.projections is not None and self.projections.query.device != query.device:
             self.projections = self.projections.to(query.device)
-        positions = None
+        positions = torch.arange(query.shape[-2], device=query.device) + query_start  # (Lq,)
         if mask is None:
             allowed = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=query.device)
         else:

@@ -3,6 +3,8 @@
 Per layer, the heads' query and key projections ``(H, D, r)`` are trained together with the contrastive hinge loss
 ``max(0, margin + ‖q′ − k′₊‖² − ‖q′ − k′₋‖²)``: for each query, a key in its true entmax support (k₊) should be closer
 to it in the projected space than a key outside it (k₋), by a margin. Pairs are sampled, a few per query per step.
+With the position term, the squared distance of query i and key j also counts ``position_h · |i − j|``, a weight per
+head learned with the projections (kept ≥ 0: a head can only be told that far keys are less likely).
 Then, on the projections of the training queries and keys, each dimension's quantiles (the quantization method's
 buckets), the k-means centroids (the clustering method) and the distances of the support pairs (the distance
 method's thresholds to sweep) are computed.
@@ -19,7 +21,6 @@ from ..modeling.sparsefinder_attention import (
     QUANTILE_STEPS,
     LayerProjections,
     SparsefinderPredictor,
-    squared_distances,
 )
 from .collect import AttentionBatch, AttentionSample
 
@@ -40,6 +41,10 @@ class TrainingSettings:
         margin: The hinge's margin, in squared projected distance.
         pairs_per_query: (positive, negative) key pairs sampled per query and step.
         clusters: The numbers of k-means clusters to fit (the clustering method's knob values).
+        position_term: Learn the distance method's position term (a weight per head on ``|i − j|``).
+        position_learning_rate: Adam's step size for it. Adam moves a weight by about its step size a step, a layer
+            gets a few dozen steps (epochs × batches), and a local head needs about the margin per token of distance:
+            the projections' step size would leave it at a fraction of that.
         seed: Seed of the initialisation, the pair sampling and k-means.
     """
 
@@ -49,6 +54,8 @@ class TrainingSettings:
     margin: float = 1.0
     pairs_per_query: int = 8
     clusters: Sequence[int] = (2, 3, 4, 6, 8, 12, 16)
+    position_term: bool = True
+    position_learning_rate: float = 0.1
     seed: int = 0
 
 
@@ -60,8 +67,7 @@ def round_up(value: float, digits: int = 3) -> float:
 
 
 def contrastive_hinge_loss(
-    projected_query: torch.Tensor,
-    projected_key: torch.Tensor,
+    squared: torch.Tensor,
     support: torch.Tensor,
     allowed: torch.Tensor,
     *,
@@ -72,7 +78,7 @@ def contrastive_hinge_loss(
     """Mean hinge ``max(0, margin + d(q, k₊) − d(q, k₋))`` over sampled (k₊ in the support, k₋ allowed but not).
 
     Args:
-        projected_query, projected_key: ``(B, H, Lq, r)``, ``(B, H, Lk, r)``.
+        squared: ``(B, H, Lq, Lk)`` d, the squared distances (`LayerProjections.squared_distances`).
         support: ``(B, H, Lq, Lk)`` bool.
         allowed: ``(B, Lq, Lk)`` bool.
         margin: The margin in squared distance.
@@ -82,7 +88,6 @@ def contrastive_hinge_loss(
     Returns:
         A scalar; 0 (still differentiable) when no query has keys outside its support.
     """
-    squared = squared_distances(projected_query, projected_key)  # (B, H, Lq, Lk)
     negatives = allowed[:, None] & ~support  # (B, H, Lq, Lk)
     rows = support.any(-1) & negatives.any(-1)  # (B, H, Lq): queries with both
     if not bool(rows.any()):
@@ -92,6 +97,12 @@ def contrastive_hinge_loss(
     negative = torch.multinomial(negatives[rows].float(), pairs_per_query, replacement=True, generator=generator)
     hinge = margin + distances.gather(-1, positive) - distances.gather(-1, negative)  # (N, pairs)
     return hinge.clamp(min=0).mean()
+
+
+def teacher_forced_positions(batch: AttentionBatch) -> torch.Tensor:
+    """``(Lq,)`` the queries' positions in a collected batch: 0 … Lq − 1 (the keys' are 0 … Lk − 1), as teacher
+    forcing numbers them in self- and cross-attention alike."""
+    return torch.arange(batch.query.shape[-2])
 
 
 def real_projections(projections: LayerProjections, batches: list[AttentionBatch]) -> torch.Tensor:
@@ -135,24 +146,35 @@ def train_layer(
     # Variance-preserving start: a projected coordinate has about the variance of an input coordinate.
     query_weight = (torch.randn(shape, generator=generator) / head_dim**0.5).requires_grad_()
     key_weight = (torch.randn(shape, generator=generator) / head_dim**0.5).requires_grad_()
-    optimizer = torch.optim.Adam([query_weight, key_weight], lr=settings.learning_rate)
+    # From 0 (no position term) up: the hinge's gradient moves it wherever the support keys are nearer than the others.
+    position_weight = torch.zeros(heads).requires_grad_() if settings.position_term else None
+    groups = [{"params": [query_weight, key_weight]}]
+    if position_weight is not None:
+        groups.append({"params": [position_weight], "lr": settings.position_learning_rate})
+    optimizer = torch.optim.Adam(groups, lr=settings.learning_rate)
     empty_quantiles = torch.zeros(heads, settings.projection_dim, QUANTILE_STEPS + 1)
     for _ in range(settings.epochs):
         for index in torch.randperm(len(batches), generator=generator).tolist():
             batch = batches[index]
-            projections = LayerProjections(query_weight, key_weight, empty_quantiles)
-            projected_query, projected_key = projections.project(batch.query, batch.key)
+            projections = LayerProjections(query_weight, key_weight, empty_quantiles, position=position_weight)
+            squared = projections.squared_distances(batch.query, batch.key, teacher_forced_positions(batch))
             loss = contrastive_hinge_loss(
-                projected_query, projected_key, batch.support, batch.allowed,
+                squared, batch.support, batch.allowed,
                 margin=settings.margin, pairs_per_query=settings.pairs_per_query, generator=generator,
             )  # fmt: skip
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            if position_weight is not None:
+                with torch.no_grad():
+                    position_weight.clamp_(min=0.0)
             bar.set_postfix(loss=f"{loss.item():.3f}")
         bar.update(1)
 
-    projections = LayerProjections(query_weight.detach(), key_weight.detach(), empty_quantiles)
+    detached_position = None if position_weight is None else position_weight.detach()
+    projections = LayerProjections(
+        query_weight.detach(), key_weight.detach(), empty_quantiles, position=detached_position
+    )
     points = real_projections(projections, batches)  # (H, N, r)
     levels = torch.linspace(0, 1, QUANTILE_STEPS + 1)
     projections.quantiles = torch.quantile(points, levels, dim=1).permute(1, 2, 0).contiguous()  # (H, r, steps + 1)
@@ -162,8 +184,8 @@ def train_layer(
     distances = []
     with torch.no_grad():
         for batch in batches:
-            projected_query, projected_key = projections.project(batch.query, batch.key)
-            distances.append(squared_distances(projected_query, projected_key)[batch.support].sqrt())
+            squared = projections.squared_distances(batch.query, batch.key, teacher_forced_positions(batch))
+            distances.append(squared[batch.support].sqrt())
     return projections, torch.cat(distances)
 
 
@@ -194,6 +216,8 @@ def train_predictor(
         "learning_rate": settings.learning_rate,
         "margin": settings.margin,
         "pairs_per_query": settings.pairs_per_query,
+        "position_term": settings.position_term,
+        "position_learning_rate": settings.position_learning_rate,
         "seed": settings.seed,
         "training_sentences": sample.num_sentences,
         "thresholds": thresholds,
@@ -207,6 +231,7 @@ __all__ = [
     "contrastive_hinge_loss",
     "kmeans",
     "round_up",
+    "teacher_forced_positions",
     "train_layer",
     "train_predictor",
 ]
