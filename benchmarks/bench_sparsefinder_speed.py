@@ -135,13 +135,15 @@ PREDICTED_POINTS = (
 
 def prediction_steps(query: torch.Tensor, key: torch.Tensor) -> list:
     """Steps that predict a graph as the model does (`predicted_graph`), one per `PREDICTED_POINTS`, with projections
-    to `PROJECTION_DIM` dimensions (random ones: the cost does not depend on what they learned)."""
+    to `PROJECTION_DIM` dimensions and the distance method's position term, as `hf-entmax sparsefinder` trains them by
+    default (random ones: the cost does not depend on what they learned)."""
     generator = torch.Generator().manual_seed(2)
     projections = LayerProjections(
         torch.randn(HEADS, HEAD_DIM, PROJECTION_DIM, generator=generator),
         torch.randn(HEADS, HEAD_DIM, PROJECTION_DIM, generator=generator),
         torch.linspace(-3, 3, QUANTILE_STEPS + 1).expand(HEADS, PROJECTION_DIM, -1).contiguous(),
         {4: torch.randn(HEADS, 4, PROJECTION_DIM, generator=generator)},
+        torch.rand(HEADS, generator=generator),
     )
     return [
         lambda point=point: predicted_graph(point, projections, query, key, self_attention=True)

@@ -297,8 +297,15 @@ def window_graph(positions: torch.Tensor, key_len: int, size: int) -> torch.Tens
 
 
 def squared_distances(projected_query: torch.Tensor, projected_key: torch.Tensor) -> torch.Tensor:
-    """``(B, H, Lq, r)``, ``(B, H, Lk, r)`` → ``(B, H, Lq, Lk)`` squared Euclidean distances."""
-    return (projected_query[..., :, None, :] - projected_key[..., None, :, :]).square().sum(-1)
+    """``(B, H, Lq, r)``, ``(B, H, Lk, r)`` → ``(B, H, Lq, Lk)`` squared Euclidean distances.
+
+    As ``‖q‖² + ‖k‖² − 2 q·k``: one matrix product, where the differences of every pair would form a ``(B, H, Lq, Lk,
+    r)`` tensor first (several times the cost of the attention it is meant to save). Rounding can leave a distance
+    slightly below 0; it is clamped there."""
+    products = projected_query @ projected_key.transpose(-1, -2)  # (B, H, Lq, Lk)
+    query_norms = projected_query.square().sum(-1)[..., :, None]
+    key_norms = projected_key.square().sum(-1)[..., None, :]
+    return (query_norms + key_norms - 2 * products).clamp(min=0)
 
 
 def distance_graph(squared: torch.Tensor, threshold: float) -> torch.Tensor:
