@@ -13,6 +13,7 @@ from hf_entmax.kernels.dispatch import attention_route, describe
 from hf_entmax.modeling import entmax as entmax_module
 from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.entmax import NEWTON_TOLERANCE_EPS, EntmaxFunction, entmax
+from hf_entmax.modeling.sparsefinder_attention import PredictedSparsity
 
 
 pytestmark = pytest.mark.skipif(not cpu.kernel_available(), reason="the native CPU kernel could not be built here")
@@ -759,9 +760,11 @@ def test_graph_rows_list_each_rows_pairs_in_order(size):
     )
 
 
+@pytest.mark.parametrize("biased", [False, True])
 @pytest.mark.parametrize("beta", [0.0, 0.3, 0.5, 0.8, 1.0])
-def test_restricted_attention_gradcheck(beta):
-    """Gradients to the query, key, value and per-head α through a random graph with a query without pairs."""
+def test_restricted_attention_gradcheck(beta, biased):
+    """Gradients to the query, key, value and per-head α through a random graph with a query without pairs, with and
+    without a bias on the pairs' scores (ALiBi's, which takes no gradient)."""
     generator = torch.Generator().manual_seed(int(beta * 10))
     query, key, value = (
         torch.randn(2, 3, length, 4, generator=generator, dtype=torch.float64).requires_grad_() for length in (3, 6, 6)
@@ -769,12 +772,38 @@ def test_restricted_attention_gradcheck(beta):
     alpha = (1 + beta + torch.tensor([0.0, 0.04, -0.03]).clamp(min=-beta, max=1 - beta)).double().view(1, 3, 1, 1)
     alpha.requires_grad_(beta not in (0.0, 1.0))  # as in test_fused_attention_gradcheck
     offsets, columns = cpu.graph_rows(random_graph((2, 3, 3, 6), 0.6, seed=int(beta * 10)))
+    pair_bias = -torch.rand(columns.numel(), generator=generator, dtype=torch.float64) if biased else None
 
     def attention(q, k, v, a):
-        return cpu.NativeRestrictedAttentionFunction.apply(q, k, v, a, offsets, columns)
+        return cpu.NativeRestrictedAttentionFunction.apply(q, k, v, a, offsets, columns, pair_bias)
 
     assert gradcheck(attention, (query, key, value, alpha))
     assert gradgradcheck(attention, (query, key, value, alpha))
+
+
+def test_gathered_attention_adds_the_masks_values_on_the_graphs_pairs():
+    """The dispatcher's gathered path reads the additive mask's values on the graph's pairs (ALiBi's distance bias
+    per head, plus a padding mask per batch row, broadcast as the model's are) and adds them to the scores, as the
+    masked path does: the two agree to float64 rounding."""
+    generator = torch.Generator().manual_seed(5)
+    batch, heads, queries, keys = 2, 4, 12, 12
+    query, key, value = (
+        torch.randn(batch, heads, length, 8, generator=generator, dtype=torch.float64)
+        for length in (queries, keys, keys)
+    )
+    alpha = torch.tensor([1.05, 1.3, 1.5, 2.0], dtype=torch.float64).view(1, heads, 1, 1)
+    distances = (torch.arange(queries)[:, None] - torch.arange(keys)).abs().double()
+    bias = -torch.tensor([1.0, 0.5, 0.25, 0.0], dtype=torch.float64).view(1, heads, 1, 1) * distances
+    padding = torch.zeros(batch, 1, 1, keys, dtype=torch.float64)
+    padding[1, ..., :3] = torch.finfo(torch.float64).min  # the second row's first three keys are padding
+    mask = padding + bias  # (B, H, 1 or Lq, Lk), as the model's attention function builds it
+    graph = (distances <= 2).expand(batch, heads, queries, keys) & ~entmax_module.is_masked(padding)
+    assert graph.float().mean() <= dispatch.RESTRICTED_MAX_DENSITY  # so that the pairs are gathered
+    gathered = dispatch.native_entmax_attention(query, key, value, alpha, mask, graph=graph)
+    assert gathered is not None and gathered[1] is None  # the gathered path (no weights)
+    masked = PredictedSparsity.graph_mask(graph, mask, torch.float64)
+    expected, _ = modeling.composed_entmax_attention(query, key, value, alpha, masked, 0.0)
+    torch.testing.assert_close(gathered[0], expected, rtol=1e-12, atol=1e-12)
 
 
 def restricted_and_masked(graph: torch.Tensor, dtype: torch.dtype, seed: int):

@@ -119,6 +119,26 @@ def test_cached_generation_with_positions_in_the_graph_equals_uncached_teacher_f
     assert running.any() and torch.equal(predicted[running], generated_next[running])
 
 
+@pytest.mark.parametrize("spec", ["window:size=1", "distance:threshold=1.5"])
+def test_left_padding_changes_nothing_in_restricted_decoder_only_generation(spec):
+    """Batched generation of the decoder-only model pads on the left: a query's position is then its index among the
+    keys, padding included (as ALiBi's distances count it), so a row's restricted logits and continuation are those
+    of the row alone."""
+    from test_positions import BOS, PAD, tiny_decoder
+
+    model = tiny_decoder(position_embedding_type="nape")
+    model.set_predicted_sparsity(spec, predictor=position_only_predictor(model))
+    alone = torch.tensor([[BOS, 5, 9, 7]])
+    padded = torch.tensor([[PAD, PAD, PAD, BOS, 5, 9, 7], [BOS, 8, 6, 4, 12, 10, 3]])
+    mask = (padded != PAD).long()
+    with torch.no_grad():
+        expected = model(input_ids=alone).logits[0]
+        torch.testing.assert_close(model(input_ids=padded, attention_mask=mask).logits[0, 3:], expected)
+    settings = dict(max_new_tokens=6, do_sample=False, num_beams=1, pad_token_id=PAD, eos_token_id=None)
+    generated = model.generate(padded, attention_mask=mask, **settings)
+    assert torch.equal(generated[0, 3:], model.generate(alone, **settings)[0])
+
+
 def test_windows_and_missing_projections_are_refused_where_they_cannot_apply():
     model = tiny_model()
     with pytest.raises(ValueError, match="windows exist in self-attention only, not in cross"):

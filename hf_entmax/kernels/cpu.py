@@ -276,15 +276,34 @@ def graph_rows(graph: torch.Tensor, max_pairs: int = -1) -> tuple[torch.Tensor, 
     return torch.ops.hf_entmax.graph_rows(graph, max_pairs)
 
 
+def _pair_rows(offsets: torch.Tensor) -> torch.Tensor:
+    """``(number of columns,)`` the row of each entry of a graph's compressed rows."""
+    return torch.repeat_interleave(torch.arange(offsets.numel() - 1), offsets.diff())
+
+
 def rows_mask(
-    offsets: torch.Tensor, columns: torch.Tensor, shape: torch.Size | tuple[int, ...], dtype: torch.dtype
+    offsets: torch.Tensor,
+    columns: torch.Tensor,
+    shape: torch.Size | tuple[int, ...],
+    dtype: torch.dtype,
+    pair_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The additive mask ``shape`` = ``(..., Lk)`` of a graph given as compressed rows (`graph_rows`): 0 on its pairs,
-    −inf elsewhere."""
+    """The additive mask ``shape`` = ``(..., Lk)`` of a graph given as compressed rows (`graph_rows`): 0 (or the
+    pair's ``pair_bias``) on its pairs, −inf elsewhere."""
     mask = torch.full(shape, float("-inf"), dtype=dtype)
-    rows = torch.repeat_interleave(torch.arange(offsets.numel() - 1), offsets.diff())
-    mask.view(-1, shape[-1])[rows, columns.long()] = 0.0
+    mask.view(-1, shape[-1])[_pair_rows(offsets), columns.long()] = 0.0 if pair_bias is None else pair_bias.to(dtype)
     return mask
+
+
+def pair_values(mask: torch.Tensor, offsets: torch.Tensor, columns: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``(number of columns,)`` the entries of ``mask`` (broadcastable to ``shape`` = ``(batch, heads, query_len,
+    key_len)``) at a graph's pairs, in the compressed rows' order, read without broadcasting the mask to ``shape``."""
+    mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    rows, heads, query_len = _pair_rows(offsets), shape[1], shape[2]
+    indices = (rows // (heads * query_len), rows // query_len % heads, rows % query_len)
+    # A broadcast dimension of the mask (size 1) is read at 0 whatever the pair's index there.
+    indices = tuple(index if mask.shape[dim] > 1 else torch.zeros_like(index) for dim, index in enumerate(indices))
+    return mask[(*indices, columns.long())].contiguous()
 
 
 class NativeRestrictedAttentionFunction(torch.autograd.Function):
@@ -298,25 +317,27 @@ class NativeRestrictedAttentionFunction(torch.autograd.Function):
     the graph masked, by operations that autograd differentiates (`_differentiable_attention_backward`)."""
 
     @staticmethod
-    def forward(ctx, query, key, value, alpha, offsets, columns):
-        output, probs = torch.ops.hf_entmax.restricted_attention_forward(query, key, value, alpha, offsets, columns)
-        ctx.save_for_backward(query, key, value, alpha, offsets, columns, probs)
+    def forward(ctx, query, key, value, alpha, offsets, columns, pair_bias=None):
+        output, probs = torch.ops.hf_entmax.restricted_attention_forward(
+            query, key, value, alpha, offsets, columns, pair_bias
+        )
+        ctx.save_for_backward(query, key, value, alpha, offsets, columns, probs, pair_bias)
         return output
 
     @staticmethod
     def backward(ctx, grad_output):
-        query, key, value, alpha, offsets, columns, probs = ctx.saved_tensors
+        query, key, value, alpha, offsets, columns, probs, pair_bias = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: a backward that autograd can differentiate
             scores_shape = (*query.shape[:-1], key.shape[-2])
-            mask = rows_mask(offsets, columns, scores_shape, query.dtype)
+            mask = rows_mask(offsets, columns, scores_shape, query.dtype, pair_bias)
             grads = _differentiable_attention_backward(
                 (query, key, value, alpha), mask, None, 1.0, grad_output, None, ctx.needs_input_grad
             )
-            return *grads, None, None
+            return *grads, None, None, None
         grad_query, grad_key, grad_value, grad_alpha = torch.ops.hf_entmax.restricted_attention_backward(
             grad_output.contiguous(), query, key, value, alpha, offsets, columns, probs, ctx.needs_input_grad[3]
         )
-        return grad_query, grad_key, grad_value, grad_alpha, None, None
+        return grad_query, grad_key, grad_value, grad_alpha, None, None, None
 
 
 def restricted_attention(
@@ -326,6 +347,7 @@ def restricted_attention(
     alpha: torch.Tensor | float,
     offsets: torch.Tensor,
     columns: torch.Tensor,
+    pair_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """α-entmax attention over the pairs of a graph only, each query's keys gathered, by the native kernel, for the
     tensors `dispatch.native_entmax_attention` sends it. Equal to the fused attention with the pairs outside the graph
@@ -337,6 +359,8 @@ def restricted_attention(
         alpha: α ∈ [1, 2], a float or a tensor that broadcasts to ``(batch, heads, query_len, 1)``.
         offsets, columns: The ``(batch, heads, query_len, key_len)`` graph of the pairs attended over, as compressed
             rows (`graph_rows`). A query without pairs gets zeros, as a fully masked query of the full attention.
+        pair_bias: ``(number of columns,)`` added to the pairs' scores (the additive mask's values there,
+            `pair_values`: ALiBi's distance bias), in the query's dtype; it gets no gradient. ``None``: nothing added.
 
     Returns:
         ``output = probs @ value``, ``(batch, heads, query_len, head_dim)``, where ``probs`` is α-entmax over each
@@ -346,8 +370,8 @@ def restricted_attention(
         alpha = torch.tensor(alpha, dtype=query.dtype)
     query, key, value = (tensor.contiguous() for tensor in (query, key, value))
     if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in (query, key, value, alpha)):
-        return NativeRestrictedAttentionFunction.apply(query, key, value, alpha, offsets, columns)
-    return torch.ops.hf_entmax.restricted_attention_forward(query, key, value, alpha, offsets, columns)[0]
+        return NativeRestrictedAttentionFunction.apply(query, key, value, alpha, offsets, columns, pair_bias)
+    return torch.ops.hf_entmax.restricted_attention_forward(query, key, value, alpha, offsets, columns, pair_bias)[0]
 
 
 __all__ = [
@@ -359,6 +383,7 @@ __all__ = [
     "entmax_attention",
     "graph_rows",
     "kernel_available",
+    "pair_values",
     "restricted_attention",
     "rows_mask",
 ]

@@ -348,7 +348,7 @@ def native_entmax_attention(
     if torch.compiler.is_compiling():
         return None  # traced code composes the attention: it does not trace into the kernels
     if graph is not None and dropout == 0.0 and not weights_wanted:
-        output = _gathered_attention(query, key, value, alpha, graph)
+        output = _gathered_attention(query, key, value, alpha, graph, mask)
         if output is not None:
             return output, None
     scores_dtype = query.dtype
@@ -372,17 +372,26 @@ def native_entmax_attention(
 
 
 def _gathered_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, alpha: torch.Tensor | float, graph: torch.Tensor
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    alpha: torch.Tensor | float,
+    graph: torch.Tensor,
+    mask: torch.Tensor | None,
 ) -> torch.Tensor | None:
-    """Attention over the graph's pairs only, gathered by the native kernel, or ``None`` where the kernel does not
-    apply (`attention_route`) or gathering does not pay (a graph that keeps more than `RESTRICTED_MAX_DENSITY` of the
-    pairs)."""
+    """Attention over the graph's pairs only, gathered by the native kernel, the mask's values on them (ALiBi's
+    distance bias) added to their scores; or ``None`` where the kernel does not apply (`attention_route`), the mask
+    wants a gradient (the kernel gives the bias none), or gathering does not pay (a graph that keeps more than
+    `RESTRICTED_MAX_DENSITY` of the pairs)."""
     if not attention_route(query, key, value, None).native:
+        return None
+    if mask is not None and mask.requires_grad and torch.is_grad_enabled():
         return None
     offsets, columns = cpu.graph_rows(graph, int(RESTRICTED_MAX_DENSITY * graph.numel()))
     if columns is None:
         return None
-    return cpu.restricted_attention(query, key, value, alpha, offsets, columns)
+    pair_bias = None if mask is None else cpu.pair_values(mask, offsets, columns, graph.shape)
+    return cpu.restricted_attention(query, key, value, alpha, offsets, columns, pair_bias)
 
 
 def _graph_mask(graph: torch.Tensor | None, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:

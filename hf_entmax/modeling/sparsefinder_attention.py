@@ -475,9 +475,11 @@ class PredictedSparsity:
         else:
             allowed = ~is_masked(mask)
         if self.causal and allowed.shape[-1] == key_len:
-            # A causal query sees the keys up to its own position: its position is its number of allowed keys − 1,
-            # also where the keys are a static cache longer than the sequence so far.
-            positions = allowed.sum(-1) - 1  # (B, 1 or H, Lq)
+            # A causal query's position is that of the last key it may see, itself: also where the keys are a static
+            # cache longer than the sequence so far, or begin with left padding (distances count the padding, as
+            # ALiBi's do, so they are the same as without it).
+            key_indices = torch.arange(key_len, device=query.device)
+            positions = torch.where(allowed, key_indices, 0).amax(-1)  # (B, 1 or H, Lq)
         predicted = predicted_graph(self.point, self.projections, query, key, self.self_attention, positions)
         return effective_graph(predicted, allowed).expand(*query.shape[:-1], key_len)
 

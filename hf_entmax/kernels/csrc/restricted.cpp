@@ -3,8 +3,8 @@
 //
 // The graph comes as compressed rows (graph_rows): row r = (b, h, i) of the queries attends to the keys
 // columns[offsets[r]], …, columns[offsets[r + 1] − 1] of its head (graph_rows lists them in order). Its scores are gathered into a
-// row of their own and solved by the kernel's forward (entmax_forward_row); the values are summed over the support
-// alone. The backward visits each row's support only: the entmax backward (entmax_backward_any_row) on the gathered
+// row of their own, each plus its pair's bias where one is given (the additive mask's value there: ALiBi's distance
+// bias), and solved by the kernel's forward (entmax_forward_row); the values are summed over the support alone. The backward visits each row's support only: the entmax backward (entmax_backward_any_row) on the gathered
 // support, then the gradients to the query, keys and values of those pairs. A pair outside the graph is a masked pair
 // of the full attention: it gets probability 0 and no gradient, and a row without pairs (a fully masked query) gives
 // zeros.
@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -124,7 +125,7 @@ int64_t longest_row(const int64_t* offset, int64_t rows) {
 
 template <typename T>
 void restricted_forward(const T* query, const T* key, const T* value, const T* betas, const int64_t* offsets,
-                        const int32_t* columns, const Shapes& shapes, T* probs, T* output) {
+                        const int32_t* columns, const T* pair_bias, const Shapes& shapes, T* probs, T* output) {
   const int64_t rows = shapes.heads * shapes.query_len, longest = longest_row(offsets, rows);
   const int64_t mean_row = rows > 0 ? offsets[rows] / rows : 0;
   const auto make_scratch = [longest] { return Candidates<T>(longest); };
@@ -136,6 +137,9 @@ void restricted_forward(const T* query, const T* key, const T* value, const T* b
       const T* keys = key + head * shapes.key_len * shapes.dim;
       T* row_probs = probs + start;  // the scores, then (in place) the probabilities
       gathered_scores(query + row * shapes.dim, keys, columns + start, count, shapes.dim, row_probs);
+      if (pair_bias != nullptr) {
+        for (int64_t j = 0; j < count; ++j) row_probs[j] += pair_bias[start + j];
+      }
       entmax_forward_row<T>(row_probs, nullptr, row_probs, count, betas[row], scratch, lanes);
     }
     if (lanes.waiting > 0) solve_lanes(lanes);
@@ -286,19 +290,29 @@ std::tuple<at::Tensor, at::Tensor> graph_rows(const at::Tensor& graph, int64_t m
 
 // output (B, H, Lq, Dv) of α-entmax attention over the pairs of the graph (offsets, columns; see graph_rows) only,
 // and the probabilities of those pairs (number of columns,), in the columns' order. query (B, H, Lq, D), already
-// scaled; key (B, H, Lk, D); value (B, H, Lk, Dv); α broadcasts to (B, H, Lq, 1).
+// scaled; key (B, H, Lk, D); value (B, H, Lk, Dv); α broadcasts to (B, H, Lq, 1); pair_bias (number of columns,), if
+// given, is added to the pairs' scores. The bias gets no gradient: it is the mask's (ALiBi's slopes are fixed).
 std::tuple<at::Tensor, at::Tensor> restricted_attention_forward(const at::Tensor& query, const at::Tensor& key,
                                                                 const at::Tensor& value, const at::Tensor& alpha,
-                                                                const at::Tensor& offsets, const at::Tensor& columns) {
+                                                                const at::Tensor& offsets, const at::Tensor& columns,
+                                                                const std::optional<at::Tensor>& pair_bias) {
   check_scores(query, alpha, "query");
   const Shapes shapes = check_attention(query, key, value, offsets, columns);
+  const bool biased = pair_bias.has_value() && pair_bias->defined();
+  if (biased) {
+    TORCH_CHECK(pair_bias->device().is_cpu() && pair_bias->scalar_type() == query.scalar_type() &&
+                    pair_bias->dim() == 1 && pair_bias->numel() == columns.numel() && pair_bias->is_contiguous(),
+                "pair_bias must be a contiguous CPU tensor of the query's dtype, one entry per column (",
+                columns.numel(), "), got ", pair_bias->sizes());
+  }
   const at::Tensor betas = row_betas(query, alpha);
   at::Tensor probs = at::empty({columns.numel()}, query.options());
   at::Tensor output = at::zeros({query.size(0), query.size(1), shapes.query_len, shapes.value_dim}, query.options());
   AT_DISPATCH_FLOATING_TYPES(query.scalar_type(), "restricted_attention_forward", [&] {
     restricted_forward<scalar_t>(query.data_ptr<scalar_t>(), key.data_ptr<scalar_t>(), value.data_ptr<scalar_t>(),
                                  betas.data_ptr<scalar_t>(), offsets.data_ptr<int64_t>(), columns.data_ptr<int32_t>(),
-                                 shapes, probs.data_ptr<scalar_t>(), output.data_ptr<scalar_t>());
+                                 biased ? pair_bias->data_ptr<scalar_t>() : nullptr, shapes, probs.data_ptr<scalar_t>(),
+                                 output.data_ptr<scalar_t>());
   });
   return {output, probs};
 }
@@ -338,7 +352,7 @@ TORCH_LIBRARY_FRAGMENT(hf_entmax, m) {
   m.def("graph_rows(Tensor graph, int max_pairs=-1) -> (Tensor, Tensor)");
   m.def(
       "restricted_attention_forward(Tensor query, Tensor key, Tensor value, Tensor alpha, Tensor offsets, "
-      "Tensor columns) -> (Tensor, Tensor)");
+      "Tensor columns, Tensor? pair_bias=None) -> (Tensor, Tensor)");
   m.def(
       "restricted_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor alpha, "
       "Tensor offsets, Tensor columns, Tensor probs, bool alpha_grad) -> (Tensor, Tensor, Tensor, Tensor)");
