@@ -352,11 +352,19 @@ def test_command_writes_the_report_figures_and_predictor_and_translate_uses_an_o
             assert 0.0 <= point["sparsity"] <= 1.0 and 0.0 <= point["recall"] <= 1.0 and point["pairs"] > 0
             if point["method"] != "window" and kind != "cross":
                 assert point["point"].endswith(",window=1")
+        # The learned position term of every head of both layers (4 heads), as the saved predictor has it.
+        weights = attention["position_weight_per_head"]
+        assert len(weights) == 2 and all(len(heads) == 4 and min(heads) >= 0.0 for heads in weights)
+    saved = SparsefinderPredictor.load(folder / "model" / PREDICTOR_FILE)
+    assert saved.position_weights() == {
+        kind: value["position_weight_per_head"] for kind, value in report["attention"].items()
+    }
     translation = report["translation"]
     assert math.isfinite(translation["full"]["bleu"]) and translation["points"]
     assert (folder / "model" / PREDICTOR_FILE).is_file()
     markdown = (folder / "report" / "report.md").read_text()
     assert "## Decoder self-attention" in markdown and "hf-entmax translate --model" in markdown
+    assert "position term, the weight of |i − j| per head: layer 0: " in markdown
     # A second run may write over its own report.
     assert main([*arguments, "--no-bleu", "--methods", "window"]) == 0
     capsys.readouterr()

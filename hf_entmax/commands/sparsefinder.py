@@ -248,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
         translation=translation,
         model=str(folder),
         predictor=str(folder / PREDICTOR_FILE if args.save_to_model else predictor_path),
+        position_weights=None if predictor is None else predictor.position_weights(),
     )
     if predictor is not None:  # after the report: its folder check accepts a folder holding an earlier report only
         predictor.metadata["operating_points"] = {

@@ -209,6 +209,14 @@ class SparsefinderPredictor:
         first = next(iter(self.layers.values()))[0]
         return first.query.shape[-1]
 
+    def position_weights(self) -> dict[str, list[list[float]]]:
+        """``{attention_type: [[position term per head] per layer]}`` for the types whose layers learned one."""
+        return {
+            kind: [[round(weight, 4) for weight in layer.position.tolist()] for layer in layers]
+            for kind, layers in self.layers.items()
+            if all(layer.position is not None for layer in layers)
+        }
+
     def save(self, path: str | os.PathLike) -> None:
         """Write the projections (and ``metadata``) to one safetensors file."""
         tensors = {}

@@ -59,6 +59,7 @@ def write_report(
     translation: dict[str, Any] | None,
     model: str,
     predictor: str,
+    position_weights: dict[str, list[list[float]]] | None = None,
 ) -> Path:
     """Write the figures, ``report.json`` and ``report.md`` into ``output_dir`` (created if needed).
 
@@ -71,6 +72,8 @@ def write_report(
             None when not measured.
         model: The model folder, as given.
         predictor: Where the predictor was saved.
+        position_weights: Per attention type, the learned position term of each layer's heads (``[[c_h per head]
+            per layer]``), where the predictor has one.
 
     Returns:
         The path of ``report.md``.
@@ -106,6 +109,7 @@ def write_report(
                 "model_sparsity": round(result.own.mean_sparsity, 4),
                 "model_sparsity_per_head": [[round(v, 4) for v in row] for row in result.own.sparsity.tolist()],
                 "chosen": {method: score.point.spec() for method, score in result.chosen.items()},
+                "position_weight_per_head": (position_weights or {}).get(kind),
                 "points": [score.to_dict() for score in result.scores],
                 "head_recall_at_sparsity": {
                     "sparsity": head_sparsity,
@@ -150,6 +154,7 @@ def render_markdown(report: dict[str, Any], results: dict[str, AttentionTypeResu
             "",
             f"The model's own sparsity: {result.own.mean_sparsity:.1%} (the true graph; recall 1).",
             "",
+            *_position_lines(report["attention"][kind]["position_weight_per_head"]),
             f"![{title}]({report['figures'][f'pareto_{kind}']})",
             "",
             "| operating point | sparsity | recall | cost | fallback | chosen |",
@@ -207,6 +212,17 @@ def render_markdown(report: dict[str, Any], results: dict[str, AttentionTypeResu
         "",
     ]
     return "\n".join(lines)
+
+
+def _position_lines(weights: list[list[float]] | None) -> list[str]:
+    """The learned position term per head (a weight near 0: the head's graph does not depend on distance), or
+    nothing without one."""
+    if weights is None:
+        return []
+    layers = "; ".join(
+        f"layer {layer}: " + ", ".join(f"{weight:.2f}" for weight in heads) for layer, heads in enumerate(weights)
+    )
+    return [f"The distance method's position term, the weight of |i − j| per head: {layers}.", ""]
 
 
 def _example_settings(report: dict[str, Any]) -> list[str]:
