@@ -13,7 +13,8 @@
    softmax-matched queries. Each variant is trained with every
    ``--positions`` (`POSITIONS`: sinusoidal, the default; rope; nape; nape-split and alibi-split, ALiBi's encoder
    heads given one side each; and with a position term in cross-attention, ``-cross`` the same as self-attention's,
-   ``-cross-nape`` NAPE's distance penalty: rope-cross, nape-split-cross, sinusoidal-cross-nape, rope-cross-nape)
+   ``-cross-nape`` NAPE's distance penalty, ``-cross-alibi`` ALiBi's on every head with its smaller slopes:
+   rope-cross, nape-split-cross, sinusoidal-cross-nape, rope-cross-nape, rope-cross-alibi)
    and every ``--document_context`` N (1: sentences only, the default; N > 1: `hf-entmax train --document_context
    N`, which adds examples of 2 … N consecutive training pairs joined); a run's name adds ``+POSITIONS`` and
    ``+docN`` to the variant's where they are not the defaults. Runs already finished in ``--runs_dir`` are read, not
@@ -94,6 +95,7 @@ POSITIONS = {
     ],
     "sinusoidal-cross-nape": ["--cross_attention_positions", "nape"],
     "rope-cross-nape": ["--position_embedding_type", "rope", "--cross_attention_positions", "nape"],
+    "rope-cross-alibi": ["--position_embedding_type", "rope", "--cross_attention_positions", "alibi"],
     "nape": ["--position_embedding_type", "nape"],
     "nape-split": ["--position_embedding_type", "nape", "--encoder_alibi_directions", "split"],
     "alibi-split": ["--position_embedding_type", "alibi", "--encoder_alibi_directions", "split"],
