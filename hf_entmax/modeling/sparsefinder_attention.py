@@ -180,7 +180,9 @@ class LayerProjections:
         offsets = positions[..., :, None] - torch.arange(key.shape[-2], device=positions.device)  # (..., Lq, Lk)
         while offsets.dim() < 4:
             offsets = offsets.unsqueeze(0)
-        return squared + self.position.to(squared.device, squared.dtype).view(1, -1, 1, 1) * offsets.abs()
+        # One pass over the (B, H, Lq, Lk) distances: the weights (1, H, 1, 1) times the (…, 1 or H, Lq, Lk) offsets.
+        weights = self.position.to(squared.device, squared.dtype).view(1, -1, 1, 1)
+        return torch.addcmul(squared, weights, offsets.abs().to(squared.dtype))
 
     def to(self, device: torch.device | str) -> "LayerProjections":
         return LayerProjections(
@@ -307,13 +309,22 @@ def window_graph(positions: torch.Tensor, key_len: int, size: int) -> torch.Tens
 def squared_distances(projected_query: torch.Tensor, projected_key: torch.Tensor) -> torch.Tensor:
     """``(B, H, Lq, r)``, ``(B, H, Lk, r)`` → ``(B, H, Lq, Lk)`` squared Euclidean distances.
 
-    As ``‖q‖² + ‖k‖² − 2 q·k``: one matrix product, where the differences of every pair would form a ``(B, H, Lq, Lk,
-    r)`` tensor first (several times the cost of the attention it is meant to save). Rounding can leave a distance
-    slightly below 0; it is clamped there."""
-    products = projected_query @ projected_key.transpose(-1, -2)  # (B, H, Lq, Lk)
-    query_norms = projected_query.square().sum(-1)[..., :, None]
-    key_norms = projected_key.square().sum(-1)[..., None, :]
-    return (query_norms + key_norms - 2 * products).clamp(min=0)
+    As ``‖q‖² + ‖k‖² − 2 q·k``, one matrix product of vectors two entries longer, ``[−2q, ‖q‖², 1] · [k, 1, ‖k‖²]``:
+    the pairs' differences would form a ``(B, H, Lq, Lk, r)`` tensor first, and each further operation on the
+    ``(B, H, Lq, Lk)`` result is another pass over it (together several times the cost of the attention they are meant
+    to save). Rounding can leave a distance slightly below 0; it is clamped there."""
+    query_side = torch.cat(
+        [
+            -2 * projected_query,
+            projected_query.square().sum(-1, keepdim=True),
+            torch.ones_like(projected_query[..., :1]),
+        ],
+        dim=-1,
+    )
+    key_side = torch.cat(
+        [projected_key, torch.ones_like(projected_key[..., :1]), projected_key.square().sum(-1, keepdim=True)], dim=-1
+    )
+    return (query_side @ key_side.transpose(-1, -2)).clamp_(min=0)
 
 
 def distance_graph(squared: torch.Tensor, threshold: float) -> torch.Tensor:
