@@ -58,6 +58,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shlex
 import statistics
 import sys
@@ -80,6 +81,8 @@ from hf_entmax.training.metrics import corpus_scores
 
 TABLE = "length-translation"
 SPARSEFINDER_TABLE = "length-translation-sparsefinder"
+# The end of a sentence: a full stop, question or exclamation mark before a space or the end of a line.
+SENTENCE_END = re.compile(r"[.!?](?=\s|$)", re.MULTILINE)
 # Position options a run can be trained with (`hf-entmax train` flags), by the name the run's name carries.
 POSITIONS = {
     "sinusoidal": [],
@@ -267,7 +270,8 @@ def max_new_tokens(folder: Path, k: int, arguments: argparse.Namespace) -> int:
 def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, target: Path) -> dict:
     """Translate and score one k's input with one run, or read the scores if they exist; return the metrics, with
     ``length_ratio``: the translations' words over the references' (a model that stops after one sentence of k
-    scores low for its length alone, whatever the sentence's quality)."""
+    scores low for its length alone, whatever the sentence's quality), and ``sentence_ratio``: their sentences (ends
+    of sentences: `SENTENCE_END`) over the references'."""
     per_input = arguments.lines_per_input
     if per_input is None:
         name, source, reference, options = f"k{k}", files["source"], files["reference"], []
@@ -287,7 +291,14 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
     def words(path: Path) -> int:
         return len(path.read_text(encoding="utf-8").split())
 
-    return {**json.loads(metrics_file.read_text()), "length_ratio": words(output_file) / words(reference)}
+    def sentences(path: Path) -> int:
+        return len(SENTENCE_END.findall(path.read_text(encoding="utf-8")))
+
+    return {
+        **json.loads(metrics_file.read_text()),
+        "length_ratio": words(output_file) / words(reference),
+        "sentence_ratio": sentences(output_file) / max(sentences(reference), 1),
+    }
 
 
 def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.Namespace) -> dict:
@@ -380,11 +391,12 @@ def score_of(metrics: dict, name: str) -> float:
 def table(scores: dict, inputs: dict, tokens: dict, arguments: argparse.Namespace) -> str:
     """One row per k and run: BLEU and chrF, mean ± standard deviation over seeds; the BLEU difference to softmax of
     the same positions and training data, seed by seed (where softmax is among the variants); and the output's words
-    over the references'."""
+    and sentences over the references'."""
     specs = run_specs(arguments)
     lines = [
-        "| k | inputs | source tokens, mean (max) | model | BLEU | chrF | − softmax BLEU | output / reference words |",
-        "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+        "| k | inputs | source tokens, mean (max) | model | BLEU | chrF | − softmax BLEU | output / reference words "
+        "| output / reference sentences |",
+        "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for k in arguments.joins:
         for spec in specs:
@@ -401,10 +413,13 @@ def table(scores: dict, inputs: dict, tokens: dict, arguments: argparse.Namespac
                         for seed in arguments.seeds
                     ]
                 )
-            ratio = statistics.mean(scores[spec.name, seed, k]["length_ratio"] for seed in arguments.seeds)
+            ratio, sentence_ratio = (
+                statistics.mean(scores[spec.name, seed, k][name] for seed in arguments.seeds)
+                for name in ("length_ratio", "sentence_ratio")
+            )
             lines.append(
                 f"| {k} | {inputs[k]['lines']} | {tokens[k]['mean']:.0f} ({tokens[k]['max']}) | {spec.name} | {bleu} "
-                f"| {chrf} | {difference} | {ratio:.2f} |"
+                f"| {chrf} | {difference} | {ratio:.2f} | {sentence_ratio:.2f} |"
             )
     signature = scores[specs[0].name, arguments.seeds[0], arguments.joins[0]]["bleu_signature"]
     documents = [context for context in arguments.document_context if context > 1]
@@ -501,7 +516,8 @@ def main() -> None:
                 metrics = scores[spec.name, seed, k] = translate(folder, k, files, arguments, target)
                 log(
                     f"{spec.name} seed {seed} k={k}: BLEU {score_of(metrics, 'BLEU'):.2f}, "
-                    f"chrF {score_of(metrics, 'chrF'):.2f}, length ratio {metrics['length_ratio']:.2f}"
+                    f"chrF {score_of(metrics, 'chrF'):.2f}, length ratio {metrics['length_ratio']:.2f}, "
+                    f"sentences ratio {metrics['sentence_ratio']:.2f}"
                 )
         train_source = Path(arguments.data_dir) / f"train.{arguments.source}"
         tokens = source_token_counts(next(iter(folders.values())), inputs, train_source)

@@ -2,6 +2,7 @@
 variant, positions and training data, trained through bench_quality with those flags, checked, translated on joined
 test sentences and tabulated against softmax of the same positions and data."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -16,6 +17,9 @@ from hf_entmax.training.synthetic import generate_pairs
 
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_length_translation as bench  # noqa: E402
 
 
 def write_multi30k_like_corpus(folder: Path) -> None:
@@ -50,7 +54,7 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
         summary = json.loads((folder / "training_summary.json").read_text())
         assert summary["preprocessing"]["document_context"]["max_sentences"] == 2
     lines = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "+doc2" in line]
-    rows = [line for line in lines if len(line) == 8]  # the first table's
+    rows = [line for line in lines if len(line) == 9]  # the first table's
     assert [(row[0], row[3]) for row in rows] == [
         ("| 2", "softmax+nape-split-cross+doc2"),
         ("| 2", "adaptive+nape-split-cross+doc2"),
@@ -100,3 +104,21 @@ def test_lines_per_input_translates_each_group_as_a_paragraph_a_few_lines_at_a_t
     assert scores["bleu"] == pytest.approx(expected.score)
     rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| 2 | 2 |")]
     assert len(rows) == 1 and "--lines_per_input 1" in completed.stdout
+
+
+def test_outputs_are_measured_in_words_and_sentences_against_the_references(tmp_path):
+    """An output that stops after its first sentences scores its words and its sentences (a full stop, question or
+    exclamation mark before a space or the line's end) over the references'; a finished translation is read, not
+    made again."""
+    reference = tmp_path / "reference.txt"
+    reference.write_text("A dog runs. A cat sleeps. Two men talk!\nIs it raining? It is.\n", encoding="utf-8")
+    target = tmp_path / "translations"
+    target.mkdir()
+    (target / "k2.txt").write_text("A dog is running. A cat.\nIs it 3.5 m? No\n", encoding="utf-8")
+    (target / "k2.json").write_text(json.dumps({"bleu": 12.5, "chrf": 40.0}), encoding="utf-8")
+    arguments = argparse.Namespace(lines_per_input=None)
+    files = {"source": tmp_path / "missing.de", "reference": reference}
+    metrics = bench.translate(tmp_path / "no-model", 2, files, arguments, target)
+    assert metrics["bleu"] == 12.5
+    assert metrics["length_ratio"] == pytest.approx(11 / 14)
+    assert metrics["sentence_ratio"] == pytest.approx(3 / 5)  # "3.5" ends no sentence, nor does "No" without a stop
