@@ -4,8 +4,9 @@
 // The graph comes as compressed rows (graph_rows): row r = (b, h, i) of the queries attends to the keys
 // columns[offsets[r]], …, columns[offsets[r + 1] − 1] of its head (graph_rows lists them in order). Its scores are gathered into a
 // row of their own, each plus its pair's bias where one is given (the additive mask's value there: ALiBi's distance
-// bias), and solved by the kernel's forward (entmax_forward_row); the values are summed over the support alone. The backward visits each row's support only: the entmax backward (entmax_backward_any_row) on the gathered
-// support, then the gradients to the query, keys and values of those pairs. A pair outside the graph is a masked pair
+// bias), and solved by the kernel's forward (entmax_forward_row); the values are summed over the support alone. The
+// backward visits each row's support only: the entmax backward (entmax_backward_any_row) on the gathered support,
+// then the gradients to the query, keys and values of those pairs. A pair outside the graph is a masked pair
 // of the full attention: it gets probability 0 and no gradient, and a row without pairs (a fully masked query) gives
 // zeros.
 #include <ATen/ATen.h>
