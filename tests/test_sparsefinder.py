@@ -159,10 +159,11 @@ def test_windows_and_missing_projections_are_refused_where_they_cannot_apply():
     }
 
 
-def test_recall_sparsity_cost_and_fallback_on_a_hand_made_graph():
+def test_recall_mass_sparsity_cost_and_fallback_on_a_hand_made_graph():
     # One sentence of 3 real tokens and one padding position; one head.
     allowed = allowed_keys(torch.tensor([[True, True, True, False]]), torch.tensor([[True, True, True, False]]))
-    support = torch.tensor([[[[1, 1, 0, 0], [0, 1, 1, 0], [1, 0, 1, 0], [0, 0, 0, 0]]]], dtype=torch.bool)
+    probabilities = torch.tensor([[[[0.75, 0.25, 0, 0], [0, 0.5, 0.5, 0], [0.9, 0, 0.1, 0], [0, 0, 0, 0]]]])
+    support = probabilities > 0
     graph = torch.tensor([[[[1, 0, 0, 0], [0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]]], dtype=torch.bool)
     recall, counted = graph_recall(graph, support, allowed)
     assert recall[0, 0, :3].tolist() == [0.5, 1.0, 0.0] and counted.tolist() == [[True, True, True, False]]
@@ -171,16 +172,20 @@ def test_recall_sparsity_cost_and_fallback_on_a_hand_made_graph():
     assert effective[0, 0, 2].tolist() == [True, True, True, False]
 
     sample = AttentionSample(
-        {"encoder_self": [[AttentionBatch(torch.zeros(1, 1, 4, 2), torch.zeros(1, 1, 4, 2), support, allowed)]]}, 1
+        {"encoder_self": [[AttentionBatch(torch.zeros(1, 1, 4, 2), torch.zeros(1, 1, 4, 2), probabilities, allowed)]]},
+        1,
     )
     own, scores = evaluate_points(sample, None, {"encoder_self": [OperatingPoint("window", 0)]}, progress=False)
-    # Own graph: densities 2/3, 2/3, 2/3 → sparsity 1/3; recall 1. Cost: 6 of 9 allowed pairs.
+    # Own graph: densities 2/3, 2/3, 2/3 → sparsity 1/3; recall and mass 1. Cost: 6 of 9 allowed pairs.
     assert own["encoder_self"].mean_sparsity == pytest.approx(1 / 3)
-    assert own["encoder_self"].mean_recall == 1.0
+    assert own["encoder_self"].mean_recall == 1.0 and own["encoder_self"].mean_mass == pytest.approx(1.0)
     assert own["encoder_self"].pairs == 6 and own["encoder_self"].allowed_pairs == 9
-    # Window 0 keeps the diagonal: density 1/3 per query, recall 1/2 per query; 3 pairs; no fallback.
+    # Window 0 keeps the diagonal: density 1/3 per query, recall 1/2 per query, but mass 0.75, 0.5 and 0.1 (the
+    # padding query counts for neither); 3 pairs; no fallback.
     window = scores["encoder_self"][0]
     assert window.mean_sparsity == pytest.approx(2 / 3) and window.mean_recall == pytest.approx(0.5)
+    assert window.mean_mass == pytest.approx(0.45)
+    assert window.to_dict()["mass"] == 0.45 and window.to_dict()["per_head"]["mass"] == [[0.45]]
     assert (window.pairs, window.cost, window.fallback) == (3, pytest.approx(1 / 3), 0.0)
 
 
@@ -209,7 +214,9 @@ def test_contrastive_training_raises_the_recall_of_the_distance_graph():
 
         support = (query_class[:, :, None] == key_class[:, None, :])[:, None]  # (B, 1, 12, 12)
         batches.append(
-            AttentionBatch(states(query_class), states(key_class), support, torch.ones(4, 12, 12, dtype=torch.bool))
+            AttentionBatch(
+                states(query_class), states(key_class), support.float(), torch.ones(4, 12, 12, dtype=torch.bool)
+            )
         )
 
     def recall_at_sparsity(projections: LayerProjections, sparsity: float) -> float:
@@ -253,7 +260,7 @@ def test_the_position_term_learns_a_local_head_whose_queries_and_keys_carry_no_p
         AttentionBatch(
             torch.randn(4, 1, query_len, 16, generator=generator),
             torch.randn(4, 1, key_len, 16, generator=generator),
-            support,
+            support.float(),  # probabilities: any positive values on the support
             torch.ones(4, query_len, key_len, dtype=torch.bool),
         )
         for _ in range(8)
@@ -350,6 +357,8 @@ def test_command_writes_the_report_figures_and_predictor_and_translate_uses_an_o
             {"window"} if kind != "cross" else set()))  # fmt: skip
         for point in attention["points"]:
             assert 0.0 <= point["sparsity"] <= 1.0 and 0.0 <= point["recall"] <= 1.0 and point["pairs"] > 0
+            # A graph with every non-zero key keeps all the attention (up to float32 sums of a row's probabilities).
+            assert 0.0 <= point["mass"] <= 1.0 and (point["recall"] < 1.0 or point["mass"] > 1 - 1e-4)
             if point["method"] != "window" and kind != "cross":
                 assert point["point"].endswith(",window=1")
         # The learned position term of every head of both layers (4 heads), as the saved predictor has it.
@@ -365,6 +374,7 @@ def test_command_writes_the_report_figures_and_predictor_and_translate_uses_an_o
     markdown = (folder / "report" / "report.md").read_text()
     assert "## Decoder self-attention" in markdown and "hf-entmax translate --model" in markdown
     assert "position term, the weight of |i − j| per head: layer 0: " in markdown
+    assert "| operating point | sparsity | recall | mass kept |" in markdown
     # A second run may write over its own report.
     assert main([*arguments, "--no-bleu", "--methods", "window"]) == 0
     capsys.readouterr()

@@ -260,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
             shutil.copyfile(predictor_path, folder / PREDICTOR_FILE)
     for kind, result in results.items():
         chosen = ", ".join(
-            f"{score.point.spec()} (sparsity {score.mean_sparsity:.0%}, recall {score.mean_recall:.1%})"
+            f"{score.point.spec()} (sparsity {score.mean_sparsity:.0%}, recall {score.mean_recall:.1%}, "
+            f"mass kept {score.mean_mass:.1%})"
             for score in result.chosen.values()
         )
         print(f"{ATTENTION_TITLES[kind]}: model's own sparsity {result.own.mean_sparsity:.0%}; chosen: {chosen}")

@@ -3,7 +3,15 @@ sparsity–recall trade-off of the predicted graphs (the code that applies a pre
 file `hf_entmax.modeling.sparsefinder_attention`)."""
 
 from .collect import AttentionBatch, AttentionSample, collect_attention
-from .evaluate import GraphScores, choose_points, evaluate_points, graph_recall, head_recall_at, sweep_points
+from .evaluate import (
+    GraphScores,
+    choose_points,
+    evaluate_points,
+    graph_mass,
+    graph_recall,
+    head_recall_at,
+    sweep_points,
+)
 from .train import TrainingSettings, contrastive_hinge_loss, train_predictor
 
 
@@ -16,6 +24,7 @@ __all__ = [
     "collect_attention",
     "contrastive_hinge_loss",
     "evaluate_points",
+    "graph_mass",
     "graph_recall",
     "head_recall_at",
     "sweep_points",

@@ -1,5 +1,6 @@
 """Gather what Sparsefinder learns from and is judged on: per attention type, layer and batch, the model's queries and
-keys (as its attention function receives them) and the true α-entmax support (p > 0) of every head.
+keys (as its attention function receives them) and the α-entmax probabilities of every head (their support, p > 0,
+is what the predictor learns to find).
 
 The sentences go through `hf_entmax.analysis.collect.teacher_forced_attention` (the analysis' tokenization, teacher
 forcing and allowed-pair masks); forward hooks on each attention module's query and key projections read the queries
@@ -25,14 +26,19 @@ class AttentionBatch:
     Attributes:
         query: ``(B, H, Lq, D)`` float32 unscaled queries (the query projection's output, split into heads).
         key: ``(B, H, Lk, D)`` float32 keys.
-        support: ``(B, H, Lq, Lk)`` bool, true where α-entmax gives the pair a non-zero probability.
+        probabilities: ``(B, H, Lq, Lk)`` float32 α-entmax probabilities, 0 outside the allowed pairs.
         allowed: ``(B, Lq, Lk)`` bool, true where the query may attend to the key (real tokens, not the future).
     """
 
     query: torch.Tensor
     key: torch.Tensor
-    support: torch.Tensor
+    probabilities: torch.Tensor
     allowed: torch.Tensor
+
+    @property
+    def support(self) -> torch.Tensor:
+        """``(B, H, Lq, Lk)`` bool, true where α-entmax gives the pair a non-zero probability."""
+        return self.probabilities > 0
 
 
 @dataclass
@@ -67,7 +73,7 @@ def collect_attention(
     description: str = "Collecting attention",
     progress: bool = True,
 ) -> AttentionSample:
-    """Run ``model`` teacher-forced over sentence pairs and keep queries, keys and supports of ``attention_types``.
+    """Run ``model`` teacher-forced over sentence pairs; keep queries, keys and probabilities of ``attention_types``.
 
     Args:
         model: An AdaptiveEntmaxMarian model (its eval mode is used; the caller's mode is restored).
@@ -130,7 +136,7 @@ def collect_attention(
                             AttentionBatch(
                                 query=captured[(kind, layer, "query")].float().cpu(),
                                 key=captured[(kind, layer, "key")].float().cpu(),
-                                support=((attention != 0) & allowed[:, None]).cpu(),
+                                probabilities=attention.float().masked_fill(~allowed[:, None], 0.0).cpu(),
                                 allowed=allowed.cpu(),
                             )
                         )

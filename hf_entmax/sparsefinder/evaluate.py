@@ -6,6 +6,8 @@ Definitions (shared with `hf-entmax analyze`, whose density is `hf_entmax.analys
 - *sparsity* of a graph: mean over real queries of the fraction of its allowed keys the graph leaves out, i.e.
   1 − the graph's density; the model's own sparsity is 1 − its attention density (the true graph's);
 - *recall*: mean over real queries of the fraction of its true non-zero keys (p > 0) that the graph keeps;
+- *mass kept*: mean over real queries of the fraction of its attention probability on the keys the graph keeps
+  (recall weighs a key of p = 0.001 like one of p = 0.9; the mass says how much of the attention is lost);
 - *cost*: how many query–key pairs the graph computes (pooled over the sample, all layers and heads), also as a
   fraction of the allowed pairs full attention computes.
 
@@ -59,12 +61,28 @@ def graph_recall(
     return recall, allowed.any(-1)
 
 
+def graph_mass(graph: torch.Tensor, probabilities: torch.Tensor) -> torch.Tensor:
+    """Fraction of each query's attention probability on the keys the graph keeps.
+
+    Args:
+        graph: ``(B, H, Q, K)`` bool, the pairs computed.
+        probabilities: ``(B, H, Q, K)`` ≥ 0, 0 outside the allowed pairs (rows sum to 1, or 0 for padding).
+
+    Returns:
+        ``(B, H, Q)`` in [0, 1]; 1 for a row without probability (padding).
+    """
+    total = probabilities.sum(-1)
+    kept = (probabilities * graph).sum(-1)
+    return torch.where(total > 0, kept / total.clamp(min=torch.finfo(total.dtype).tiny), torch.ones_like(total))
+
+
 class _HeadTotals:
-    """Per-head running sums over batches: density and recall per query, real queries, pairs computed."""
+    """Per-head running sums over batches: density, recall and mass kept per query, real queries, pairs computed."""
 
     def __init__(self, heads: int) -> None:
         self.density = torch.zeros(heads, dtype=torch.float64)
         self.recall = torch.zeros(heads, dtype=torch.float64)
+        self.mass = torch.zeros(heads, dtype=torch.float64)
         self.queries = torch.zeros((), dtype=torch.float64)
         self.fallbacks = torch.zeros((), dtype=torch.float64)
         self.pairs = 0
@@ -77,6 +95,7 @@ class _HeadTotals:
         weights = counted[:, None].double()  # (B, 1, Q)
         self.density += (density.double() * weights).sum((0, 2))
         self.recall += (recall.double() * weights).sum((0, 2))
+        self.mass += (graph_mass(graph, batch.probabilities).double() * weights).sum((0, 2))
         self.queries += counted.sum()
         self.pairs += int(graph.sum())
         if predicted is not None:
@@ -92,6 +111,7 @@ class GraphScores:
         point: The operating point; None for the model's own (true) graph.
         sparsity: ``(layers, heads)`` mean over queries of the fraction of allowed keys left out.
         recall: ``(layers, heads)`` mean over queries of the fraction of true non-zero keys kept.
+        mass: ``(layers, heads)`` mean over queries of the fraction of attention probability on the keys kept.
         pairs: Query–key pairs computed, summed over the sample, layers and heads.
         allowed_pairs: Pairs full attention computes on the same sample.
         fallback: Share of (query, head) rows with none of their keys predicted, which attend over the full row.
@@ -100,6 +120,7 @@ class GraphScores:
     point: OperatingPoint | None
     sparsity: torch.Tensor
     recall: torch.Tensor
+    mass: torch.Tensor
     pairs: int
     allowed_pairs: int
     fallback: float = 0.0
@@ -113,6 +134,10 @@ class GraphScores:
         return float(self.recall.mean())
 
     @property
+    def mean_mass(self) -> float:
+        return float(self.mass.mean())
+
+    @property
     def cost(self) -> float:
         """Pairs computed as a fraction of full attention's."""
         return self.pairs / max(self.allowed_pairs, 1)
@@ -123,6 +148,7 @@ class GraphScores:
             "method": None if self.point is None else self.point.method,
             "sparsity": round(self.mean_sparsity, 4),
             "recall": round(self.mean_recall, 4),
+            "mass": round(self.mean_mass, 4),
             "pairs": self.pairs,
             "allowed_pairs": self.allowed_pairs,
             "cost": round(self.cost, 4),
@@ -130,6 +156,7 @@ class GraphScores:
             "per_head": {
                 "sparsity": [[round(value, 4) for value in row] for row in self.sparsity.tolist()],
                 "recall": [[round(value, 4) for value in row] for row in self.recall.tolist()],
+                "mass": [[round(value, 4) for value in row] for row in self.mass.tolist()],
             },
         }
 
@@ -210,6 +237,7 @@ def _scores(point: OperatingPoint | None, totals: list[_HeadTotals], allowed_pai
         point=point,
         sparsity=torch.stack([1 - layer.density / layer.queries for layer in totals]).float(),
         recall=torch.stack([layer.recall / layer.queries for layer in totals]).float(),
+        mass=torch.stack([layer.mass / layer.queries for layer in totals]).float(),
         pairs=sum(layer.pairs for layer in totals),
         allowed_pairs=allowed_pairs,
         fallback=float(
@@ -255,6 +283,7 @@ __all__ = [
     "GraphScores",
     "choose_points",
     "evaluate_points",
+    "graph_mass",
     "graph_recall",
     "head_recall_at",
     "sweep_points",

@@ -25,6 +25,9 @@ DEFINITIONS = {
     "its true α-entmax graph (the pairs with p > 0).",
     "recall": "mean over real queries (and over the heads) of the share of the query's true non-zero pairs (p > 0) "
     "that the graph keeps.",
+    "mass kept": "mean over real queries (and over the heads) of the share of the query's attention probability on "
+    "the pairs the graph keeps: recall counts a key of p = 0.001 like one of p = 0.9, the mass says how much of the "
+    "attention restricted attention loses.",
     "cost": "query–key pairs the graph computes, summed over the held-out sentences, layers and heads, as a share of "
     "the allowed pairs (the cost of full attention).",
     "fallback": "share of (query, head) rows whose predicted set holds none of their allowed keys: restricted "
@@ -157,15 +160,15 @@ def render_markdown(report: dict[str, Any], results: dict[str, AttentionTypeResu
             *_position_lines(report["attention"][kind]["position_weight_per_head"]),
             f"![{title}]({report['figures'][f'pareto_{kind}']})",
             "",
-            "| operating point | sparsity | recall | cost | fallback | chosen |",
-            "| --- | ---: | ---: | ---: | ---: | :---: |",
+            "| operating point | sparsity | recall | mass kept | cost | fallback | chosen |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | :---: |",
         ]
         chosen = {score.point for score in result.chosen.values()}
         for score in result.scores:
             mark = "✓" if score.point in chosen else ""
             lines.append(
-                f"| `{score.point.spec()}` | {score.mean_sparsity:.1%} | {score.mean_recall:.1%} | {score.cost:.1%} | "
-                f"{score.fallback:.1%} | {mark} |"
+                f"| `{score.point.spec()}` | {score.mean_sparsity:.1%} | {score.mean_recall:.1%} | "
+                f"{score.mean_mass:.1%} | {score.cost:.1%} | {score.fallback:.1%} | {mark} |"
             )
     lines += [
         "",
