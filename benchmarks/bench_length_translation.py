@@ -38,11 +38,12 @@
 4. Sparsefinder (with ``--sparsefinder_k K``): for each run, `hf-entmax sparsefinder` learns to predict each head's
    α-entmax graph on the validation set (`val`) joined K sentences at a time (its first ``--sparsefinder_train``
    inputs, the next ``--sparsefinder_heldout`` held out; its distance method only) and chooses, per attention type,
-   the sparsest point with held-out recall ≥ 0.95; the test inputs of every k ≥ K are then translated twice more,
+   the sparsest point with held-out recall ≥ ``--sparsefinder_target_recall`` (0.95) and mass kept ≥
+   ``--sparsefinder_target_mass`` (0: any); the test inputs of every k ≥ K are then translated twice more,
    with full attention and with attention restricted to the predicted graphs (as `translate --sparsefinder` does),
    in one process with the model loaded once, each timed. A second table (``table:length-translation-sparsefinder``)
-   gives each type's chosen point, its held-out sparsity and recall, and BLEU and time of restricted against full
-   translation.
+   gives each type's chosen point, its held-out sparsity, recall and mass kept, and BLEU and time of restricted
+   against full translation.
 
 Positions: Marian's sinusoidal position vectors are fixed, not learned, but a model trained on single sentences has
 only ever read the positions its training sentences reach (the output states the longest); joined inputs go beyond
@@ -303,10 +304,14 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
 
 def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.Namespace) -> dict:
     """Sparsefinder's predictor for one run, trained on the validation set joined ``--sparsefinder_k`` sentences at a
-    time (or read if it exists); return ``{"predictor": path, "points": {type: (spec, sparsity, recall)}}`` with the
-    chosen distance point of each attention type (Sparsefinder's distance method only: it needs no clustering)."""
+    time (or read if it exists); return ``{"predictor": path, "points": {type: (spec, sparsity, recall, mass)}}``
+    with the chosen distance point of each attention type (Sparsefinder's distance method only: it needs no
+    clustering)."""
     k = arguments.sparsefinder_k
-    output = Path(arguments.output_dir) / "sparsefinder" / run_name / f"seed{seed}" / f"val-k{k}"
+    targets = arguments.sparsefinder_target_recall, arguments.sparsefinder_target_mass
+    # Points chosen for other targets are another report (the command chooses them): a folder of their own.
+    folder_name = f"val-k{k}" if targets == (0.95, 0.0) else f"val-k{k}-recall{targets[0]:g}-mass{targets[1]:g}"
+    output = Path(arguments.output_dir) / "sparsefinder" / run_name / f"seed{seed}" / folder_name
     report = output / "report.json"
     if not report.exists():
         validation = MULTI30K_SPLITS["validation"]
@@ -318,6 +323,7 @@ def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.
         command += [str(files[1]), "--output", str(output), "--train_size", str(arguments.sparsefinder_train)]
         command += ["--heldout_size", str(arguments.sparsefinder_heldout), "--max_length", "1024", "--no-bleu"]
         command += ["--methods", "distance"]  # the points translated with; the others' sweeps would only cost time
+        command += ["--target_recall", f"{targets[0]:g}", "--target_mass", f"{targets[1]:g}"]
         command += ["--no-progress"]
         run(command, Path(arguments.output_dir) / "commands.log")
     attention = json.loads(report.read_text())["attention"]
@@ -325,7 +331,7 @@ def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.
     for kind, result in attention.items():
         spec = result["chosen"]["distance"]
         score = next(point for point in result["points"] if point["point"] == spec)
-        points[kind] = (spec, score["sparsity"], score["recall"])
+        points[kind] = (spec, score["sparsity"], score["recall"], score.get("mass"))  # reports before mass: None
     return {"predictor": output / "sparsefinder.safetensors", "points": points}
 
 
@@ -336,7 +342,7 @@ def timed_translations(folder: Path, k: int, files: dict, predictor: dict, argum
     model, tokenizer = load_translation_model(str(folder), progress=False)
     sources = read_lines(files["source"], None)
     references = read_lines(files["reference"], None)
-    settings = [f"{kind}={spec}" for kind, (spec, _, _) in predictor["points"].items()]
+    settings = [f"{kind}={spec}" for kind, (spec, *_) in predictor["points"].items()]
     results = {}
     for name in ("full", "restricted"):
         if name == "restricted":
@@ -359,14 +365,14 @@ def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Name
     """Per k ≥ K, run and seed: the chosen point of each attention type with its held-out sparsity and recall, and
     restricted against full translation (BLEU, wall time)."""
     lines = [
-        "| k | model | seed | chosen points (held-out sparsity / recall) | BLEU full | BLEU restricted | "
+        "| k | model | seed | chosen points (held-out sparsity / recall / mass kept) | BLEU full | BLEU restricted | "
         "time restricted / full |",
         "| ---: | --- | ---: | --- | ---: | ---: | ---: |",
     ]
     for (name, seed, k), result in timings.items():
         points = "; ".join(
-            f"{kind} `{spec}` ({sparsity:.0%} / {recall:.0%})"
-            for kind, (spec, sparsity, recall) in predictors[name, seed]["points"].items()
+            f"{kind} `{spec}` ({sparsity:.0%} / {recall:.0%} / {'–' if mass is None else f'{mass:.1%}'})"
+            for kind, (spec, sparsity, recall, mass) in predictors[name, seed]["points"].items()
         )
         full, restricted = result["full"], result["restricted"]
         lines.append(
@@ -377,7 +383,8 @@ def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Name
         "",
         f"Predictors trained on `val` joined {arguments.sparsefinder_k} sentences at a time "
         f"({arguments.sparsefinder_train} inputs, {arguments.sparsefinder_heldout} held out); per attention type the "
-        "sparsest distance point with held-out recall ≥ 0.95. Times: the translation alone (beam 4, batches as "
+        f"sparsest distance point with held-out recall ≥ {arguments.sparsefinder_target_recall:g} and mass kept ≥ "
+        f"{arguments.sparsefinder_target_mass:g}. Times: the translation alone (beam 4, batches as "
         "`hf-entmax translate` makes them, the model loaded once), full and restricted in turn in one process.",
     ]
     return "\n".join(lines)
@@ -485,6 +492,12 @@ def main() -> None:
     )
     parser.add_argument("--sparsefinder_train", type=int, default=80, help="joined validation inputs to train on")
     parser.add_argument("--sparsefinder_heldout", type=int, default=40, help="joined validation inputs held out")
+    parser.add_argument(
+        "--sparsefinder_target_recall", type=float, default=0.95, help="the chosen points' least held-out recall"
+    )
+    parser.add_argument(
+        "--sparsefinder_target_mass", type=float, default=0.0, help="the chosen points' least held-out mass kept"
+    )
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     arguments = parser.parse_args()
     arguments.source, _, arguments.target = arguments.direction.partition("-")

@@ -34,13 +34,14 @@ def write_multi30k_like_corpus(folder: Path) -> None:
 def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(tmp_path):
     """Two runs (softmax and adaptive, NAPE with split directions and in cross-attention, trained with
     --document_context 2), test inputs of k = 2 sentences, and Sparsefinder trained on validation pairs and used at
-    k = 2."""
+    k = 2, its points chosen by the attention mass they keep."""
     write_multi30k_like_corpus(tmp_path / "corpus")
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_length_translation.py"), "--data_dir", "corpus"]
     command += ["--direction", "ja-en", "--variants", "softmax", "adaptive", "--positions", "nape-split-cross"]
     command += ["--document_context", "2", "--seeds", "0", "--max_steps", "2", "--batch_size", "8"]
     command += ["--joins", "2", "--test_sentences", "4", "--max_new_tokens_per_join", "4"]
     command += ["--sparsefinder_k", "2", "--sparsefinder_train", "1", "--sparsefinder_heldout", "1"]
+    command += ["--sparsefinder_target_recall", "0", "--sparsefinder_target_mass", "0.9"]
     command += ["--runs_dir", "runs", "--output_dir", "out", "--extra", TINY]
     environment = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     completed = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True)
@@ -70,8 +71,15 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
     assert [row[1] for row in sparse_rows] == ["softmax+nape-split-cross+doc2", "adaptive+nape-split-cross+doc2"]
     for row in sparse_rows:
         assert "cross `" in row[3] and float(row[-1].rstrip(" |")) > 0
-        predictor = tmp_path / "out" / "sparsefinder" / row[1] / "seed0" / "val-k2" / "sparsefinder.safetensors"
-        assert predictor.is_file()
+        report = tmp_path / "out" / "sparsefinder" / row[1] / "seed0" / "val-k2-recall0-mass0.9" / "report.json"
+        assert (report.parent / "sparsefinder.safetensors").is_file()
+        attention = json.loads(report.read_text())["attention"]
+        for kind, result in attention.items():
+            chosen = next(point for point in result["points"] if point["point"] == result["chosen"]["distance"])
+            # The chosen point keeps 90% of the mass, and the table gives its sparsity, recall and mass.
+            assert chosen["mass"] >= 0.9 or chosen["mass"] == max(point["mass"] for point in result["points"])
+            shares = f"({chosen['sparsity']:.0%} / {chosen['recall']:.0%} / {chosen['mass']:.1%})"
+            assert f"{kind} `{chosen['point']}` {shares}" in row[3]
 
 
 def test_lines_per_input_translates_each_group_as_a_paragraph_a_few_lines_at_a_time(tmp_path):

@@ -20,7 +20,14 @@ from hf_entmax.modeling.sparsefinder_attention import (
     bucket_edges,
     effective_graph,
 )
-from hf_entmax.sparsefinder import AttentionBatch, AttentionSample, evaluate_points, graph_recall
+from hf_entmax.sparsefinder import (
+    AttentionBatch,
+    AttentionSample,
+    GraphScores,
+    choose_points,
+    evaluate_points,
+    graph_recall,
+)
 from hf_entmax.sparsefinder.train import TrainingSettings, train_layer
 
 
@@ -187,6 +194,24 @@ def test_recall_mass_sparsity_cost_and_fallback_on_a_hand_made_graph():
     assert window.mean_mass == pytest.approx(0.45)
     assert window.to_dict()["mass"] == 0.45 and window.to_dict()["per_head"]["mass"] == [[0.45]]
     assert (window.pairs, window.cost, window.fallback) == (3, pytest.approx(1 / 3), 0.0)
+
+
+def test_the_chosen_point_is_the_sparsest_reaching_the_recall_and_mass_targets():
+    def point(threshold: float, sparsity: float, recall: float, mass: float) -> GraphScores:
+        one = torch.ones(1, 1)
+        return GraphScores(OperatingPoint("distance", threshold), sparsity * one, recall * one, mass * one, 1, 1)
+
+    dense, middle, sparse = point(3.0, 0.2, 0.97, 0.999), point(2.0, 0.5, 0.8, 0.99), point(1.0, 0.7, 0.6, 0.95)
+    scores = [dense, middle, sparse]
+    assert choose_points(scores, 0.95)["distance"] is dense
+    assert choose_points(scores, 0.0, 0.99)["distance"] is middle  # by the mass alone
+    assert choose_points(scores, 0.95, 0.99)["distance"] is dense  # both targets
+    assert choose_points(scores, 0.0, 0.9)["distance"] is sparse
+    assert choose_points(scores, 0.0, 0.0)["distance"] is sparse  # no target: the sparsest
+    # None reaches the targets: the point of highest mass kept (with a mass target), else of highest recall.
+    assert choose_points(scores, 0.99)["distance"] is dense
+    assert choose_points([middle, sparse], 0.0, 0.9999)["distance"] is middle
+    assert choose_points([middle, sparse], 0.99)["distance"] is middle
 
 
 def test_quantile_bucket_edges_split_the_grid_evenly():
@@ -397,7 +422,10 @@ def test_bad_input_gives_one_line_errors(sparse_folder, capsys):
     assert "invalid choice: 'lsh'" in error
     error = one_line_error(capsys, "sparsefinder", [*common, "--source_file", str(folder / "source.txt"),
                                                     "--target_recall", "1.5"])  # fmt: skip
-    assert "--target_recall must be in (0, 1], got 1.5" in error
+    assert "--target_recall must be in [0, 1], got 1.5" in error
+    error = one_line_error(capsys, "sparsefinder", [*common, "--source_file", str(folder / "source.txt"),
+                                                    "--target_mass", "-0.1"])  # fmt: skip
+    assert "--target_mass must be in [0, 1], got -0.1" in error
     (folder / "taken").mkdir()
     (folder / "taken" / "notes.txt").write_text("mine")
     error = one_line_error(capsys, "sparsefinder", [str(folder / "model"), "--source_file", str(folder / "source.txt"),

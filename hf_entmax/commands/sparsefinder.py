@@ -82,7 +82,14 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
         "--target_recall",
         type=float,
         default=0.95,
-        help="Per method, the chosen point is the sparsest with mean recall at least this (default: 0.95).",
+        help="Per method, the chosen point is the sparsest with mean recall at least this (default: 0.95; 0: any).",
+    )
+    parser.add_argument(
+        "--target_mass",
+        type=float,
+        default=0.0,
+        help="...and with mean attention mass kept at least this (default: 0, any; e.g. --target_recall 0 "
+        "--target_mass 0.99 chooses by the mass alone).",
     )
     parser.add_argument(
         "--head_sparsity",
@@ -115,8 +122,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise HfEntmaxValueError(f"--num_beams must be a positive integer, got {args.num_beams}")
     if args.window is not None and args.window < 0:
         raise HfEntmaxValueError(f"--window must be 0 or more, got {args.window}")
-    if not 0.0 < args.target_recall <= 1.0:
-        raise HfEntmaxValueError(f"--target_recall must be in (0, 1], got {args.target_recall}")
+    for flag in ("target_recall", "target_mass"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise HfEntmaxValueError(f"--{flag} must be in [0, 1], got {getattr(args, flag)}")
     if not 0.0 <= args.head_sparsity <= 1.0:
         raise HfEntmaxValueError(f"--head_sparsity must be in [0, 1], got {args.head_sparsity}")
     if args.attention_types == ["cross"] and args.methods == ["window"]:
@@ -218,7 +226,9 @@ def run(args: argparse.Namespace) -> int:
     points = {kind: kind_points for kind, kind_points in points.items() if kind_points}
     own, scores = evaluate_points(heldout_sample, predictor, points, progress=args.progress)
     results = {
-        kind: AttentionTypeResult(own[kind], scores[kind], choose_points(scores[kind], args.target_recall))
+        kind: AttentionTypeResult(
+            own[kind], scores[kind], choose_points(scores[kind], args.target_recall, args.target_mass)
+        )
         for kind in points
     }
 
@@ -237,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
             "attention_types": list(points),
             "window": args.window,
             "target_recall": args.target_recall,
+            "target_mass": args.target_mass,
             **(predictor.metadata if predictor else {"projection_dim": None}),
         },
         sample={

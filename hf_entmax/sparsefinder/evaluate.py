@@ -246,19 +246,23 @@ def _scores(point: OperatingPoint | None, totals: list[_HeadTotals], allowed_pai
     )
 
 
-def choose_points(scores: list[GraphScores], target_recall: float) -> dict[str, GraphScores]:
-    """Per method, the sparsest point whose mean recall reaches ``target_recall`` (else the one of highest recall)."""
+def choose_points(scores: list[GraphScores], target_recall: float, target_mass: float = 0.0) -> dict[str, GraphScores]:
+    """Per method, the sparsest point whose mean recall reaches ``target_recall`` and whose mean mass kept reaches
+    ``target_mass``; where none reaches both, the one of highest mass kept (with a mass target) or recall."""
     chosen = {}
     for method in METHODS:
         candidates = [score for score in scores if score.point.method == method]
         if not candidates:
             continue
-        reaching = [score for score in candidates if score.mean_recall >= target_recall]
-        chosen[method] = (
-            max(reaching, key=lambda score: (score.mean_sparsity, score.mean_recall))
-            if reaching
-            else max(candidates, key=lambda score: (score.mean_recall, score.mean_sparsity))
-        )
+        reaching = [
+            score for score in candidates if score.mean_recall >= target_recall and score.mean_mass >= target_mass
+        ]
+        if reaching:
+            chosen[method] = max(reaching, key=lambda score: (score.mean_sparsity, score.mean_recall))
+        elif target_mass > 0:
+            chosen[method] = max(candidates, key=lambda score: (score.mean_mass, score.mean_sparsity))
+        else:
+            chosen[method] = max(candidates, key=lambda score: (score.mean_recall, score.mean_sparsity))
     return chosen
 
 

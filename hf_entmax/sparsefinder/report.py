@@ -142,8 +142,7 @@ def render_markdown(report: dict[str, Any], results: dict[str, AttentionTypeResu
         f"Predicting each head's α-entmax graph ({report['sparsefinder']}). Projections of dimension "
         f"{settings['projection_dim']} trained on {sample['training_sentences']} sentence pairs, judged on "
         f"{sample['heldout_sentences']} held-out pairs ({sample['description']}), teacher-forced on the references. "
-        f"Chosen point: per method, the sparsest with mean recall ≥ {settings['target_recall']} (where none "
-        "reaches it, the one of highest recall).",
+        f"Chosen point: {chosen_rule(settings)}.",
         "",
         "## Definitions",
         "",
@@ -215,6 +214,18 @@ def render_markdown(report: dict[str, Any], results: dict[str, AttentionTypeResu
         "",
     ]
     return "\n".join(lines)
+
+
+def chosen_rule(settings: dict[str, Any]) -> str:
+    """How the chosen points were chosen, in words, from the report's settings."""
+    recall, mass = settings["target_recall"], settings.get("target_mass", 0.0)
+    targets = [f"mean recall ≥ {recall}"] * (recall > 0) + [f"mean mass kept ≥ {mass}"] * (mass > 0)
+    if not targets:
+        return "per method, the sparsest point"
+    fallback = "mass kept" if mass > 0 else "recall"
+    return (
+        f"per method, the sparsest with {' and '.join(targets)} (where none reaches it, the one of highest {fallback})"
+    )
 
 
 def _position_lines(weights: list[list[float]] | None) -> list[str]:
