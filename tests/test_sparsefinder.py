@@ -212,6 +212,8 @@ def test_the_chosen_point_is_the_sparsest_reaching_the_recall_and_mass_targets()
     assert choose_points(scores, 0.99)["distance"] is dense
     assert choose_points([middle, sparse], 0.0, 0.9999)["distance"] is middle
     assert choose_points([middle, sparse], 0.99)["distance"] is middle
+    with pytest.raises(ValueError, match=r"target_mass must be in \[0, 1\], got 99"):
+        choose_points(scores, 0.95, 99)
 
 
 def test_quantile_bucket_edges_split_the_grid_evenly():

@@ -248,7 +248,14 @@ def _scores(point: OperatingPoint | None, totals: list[_HeadTotals], allowed_pai
 
 def choose_points(scores: list[GraphScores], target_recall: float, target_mass: float = 0.0) -> dict[str, GraphScores]:
     """Per method, the sparsest point whose mean recall reaches ``target_recall`` and whose mean mass kept reaches
-    ``target_mass``; where none reaches both, the one of highest mass kept (with a mass target) or recall."""
+    ``target_mass``; where none reaches both, the one of highest mass kept (with a mass target) or recall.
+
+    Raises:
+        ValueError: For a target outside [0, 1].
+    """
+    for name, target in (("target_recall", target_recall), ("target_mass", target_mass)):
+        if not 0.0 <= target <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {target}")
     chosen = {}
     for method in METHODS:
         candidates = [score for score in scores if score.point.method == method]
