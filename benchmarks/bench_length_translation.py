@@ -82,6 +82,8 @@ from hf_entmax.training.metrics import corpus_scores
 
 TABLE = "length-translation"
 SPARSEFINDER_TABLE = "length-translation-sparsefinder"
+# The held-out recall and mass kept the chosen Sparsefinder points must reach, unless --sparsefinder_target_* say else.
+SPARSEFINDER_TARGETS = (0.95, 0.0)
 # The end of a sentence: a full stop, question or exclamation mark before a space or the end of a line.
 SENTENCE_END = re.compile(r"[.!?](?=\s|$)", re.MULTILINE)
 # Position options a run can be trained with (`hf-entmax train` flags), by the name the run's name carries.
@@ -310,7 +312,9 @@ def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.
     k = arguments.sparsefinder_k
     targets = arguments.sparsefinder_target_recall, arguments.sparsefinder_target_mass
     # Points chosen for other targets are another report (the command chooses them): a folder of their own.
-    folder_name = f"val-k{k}" if targets == (0.95, 0.0) else f"val-k{k}-recall{targets[0]:g}-mass{targets[1]:g}"
+    folder_name = (
+        f"val-k{k}" if targets == SPARSEFINDER_TARGETS else f"val-k{k}-recall{targets[0]:g}-mass{targets[1]:g}"
+    )
     output = Path(arguments.output_dir) / "sparsefinder" / run_name / f"seed{seed}" / folder_name
     report = output / "report.json"
     if not report.exists():
@@ -362,8 +366,8 @@ def timed_translations(folder: Path, k: int, files: dict, predictor: dict, argum
 
 
 def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Namespace) -> str:
-    """Per k ≥ K, run and seed: the chosen point of each attention type with its held-out sparsity and recall, and
-    restricted against full translation (BLEU, wall time)."""
+    """Per k ≥ K, run and seed: the chosen point of each attention type with its held-out sparsity, recall and mass
+    kept, and restricted against full translation (BLEU, wall time)."""
     lines = [
         "| k | model | seed | chosen points (held-out sparsity / recall / mass kept) | BLEU full | BLEU restricted | "
         "time restricted / full |",
@@ -493,10 +497,16 @@ def main() -> None:
     parser.add_argument("--sparsefinder_train", type=int, default=80, help="joined validation inputs to train on")
     parser.add_argument("--sparsefinder_heldout", type=int, default=40, help="joined validation inputs held out")
     parser.add_argument(
-        "--sparsefinder_target_recall", type=float, default=0.95, help="the chosen points' least held-out recall"
+        "--sparsefinder_target_recall",
+        type=float,
+        default=SPARSEFINDER_TARGETS[0],
+        help="the chosen points' least held-out recall",
     )
     parser.add_argument(
-        "--sparsefinder_target_mass", type=float, default=0.0, help="the chosen points' least held-out mass kept"
+        "--sparsefinder_target_mass",
+        type=float,
+        default=SPARSEFINDER_TARGETS[1],
+        help="the chosen points' least held-out mass kept",
     )
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     arguments = parser.parse_args()

@@ -7,6 +7,7 @@ forcing and allowed-pair masks); forward hooks on each attention module's query 
 and keys of the same pass, so that they are exactly those the probabilities were computed from.
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -35,9 +36,10 @@ class AttentionBatch:
     probabilities: torch.Tensor
     allowed: torch.Tensor
 
-    @property
+    @functools.cached_property
     def support(self) -> torch.Tensor:
-        """``(B, H, Lq, Lk)`` bool, true where α-entmax gives the pair a non-zero probability."""
+        """``(B, H, Lq, Lk)`` bool, true where α-entmax gives the pair a non-zero probability (made once: training
+        reads it every epoch, scoring at every operating point)."""
         return self.probabilities > 0
 
 
