@@ -372,6 +372,21 @@ def test_beam_search_returns_the_best_of_its_beams(batch):
     assert torch.equal(single[:, : out.sequences.shape[1]], out.sequences.view(2, 4, -1)[:, 0, : single.shape[1]])
 
 
+def test_beam_search_leaves_the_source_cache_in_place_and_finds_the_same_beams(batch, monkeypatch):
+    """Beam search reorders the decoder's self-attention cache only: cross-attention's holds the encoder states, the
+    same in every beam of an input, so transformers' default (reordering it too) finds the same beams and scores."""
+    model = tiny_model(seed=3, init_std=1.0)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    settings = dict(max_new_tokens=10, num_beams=4, num_return_sequences=4, output_scores=True)
+    kept = model.generate(**inputs, **settings, return_dict_in_generate=True)
+    monkeypatch.delattr(AdaptiveEntmaxMarianMTModel, "_reorder_cache")
+    reordered = model.generate(**inputs, **settings, return_dict_in_generate=True)
+    assert torch.equal(kept.sequences, reordered.sequences)
+    assert torch.equal(kept.sequences_scores, reordered.sequences_scores)
+    # The beams did move: the search reordered the self-attention cache, not an identity.
+    assert (kept.beam_indices[:, 1:] != kept.beam_indices[:, :1]).any()
+
+
 # --- registration and saving -----------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from helpers import SENTENCES, random_predictor, tiny_model
+from transformers.cache_utils import EncoderDecoderCache, StaticCache
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from hf_entmax.analysis.statistics import allowed_keys
@@ -16,6 +17,7 @@ from hf_entmax.modeling.sparsefinder_attention import (
     QUANTILE_STEPS,
     LayerProjections,
     OperatingPoint,
+    PredictedSparsity,
     SparsefinderPredictor,
     bucket_edges,
     effective_graph,
@@ -126,6 +128,54 @@ def test_cached_generation_with_positions_in_the_graph_equals_uncached_teacher_f
     assert running.any() and torch.equal(predicted[running], generated_next[running])
 
 
+def test_restricted_beam_search_projects_each_inputs_source_keys_once_and_decodes_as_projecting_every_step(
+    batch, monkeypatch
+):
+    """Cross-attention's projected keys are made at an input's first decoding step and reused at the next ones (the
+    source cache stays in place); a new input gets its own."""
+    model = tiny_model(seed=3, init_std=1.0)
+    model.set_predicted_sparsity({"cross": "distance:threshold=10"}, predictor=random_predictor(model))
+    first = {key: batch[key] for key in ("input_ids", "attention_mask")}
+    second = {"input_ids": torch.tensor([[14, 13, 12, 11, 10, 1], [9, 8, 7, 6, 5, 1]])}
+    settings = dict(max_new_tokens=8, min_new_tokens=8, num_beams=3, output_scores=True, return_dict_in_generate=True)
+    projected = []
+    project_keys = LayerProjections.project_keys
+    monkeypatch.setattr(
+        LayerProjections, "project_keys", lambda self, key: projected.append(key) or project_keys(self, key)
+    )
+    kept = [model.generate(**inputs, **settings) for inputs in (first, second)]
+    assert len(projected) == 2 * model.config.decoder_layers
+    projected.clear()
+    monkeypatch.setattr(PredictedSparsity, "source_keys", lambda self, key, cached: self.projections.project_keys(key))
+    every_step = [model.generate(**inputs, **settings) for inputs in (first, second)]
+    assert len(projected) == 2 * model.config.decoder_layers * 8
+    for ours, theirs in zip(kept, every_step, strict=True):
+        assert torch.equal(ours.sequences, theirs.sequences)
+        assert torch.equal(ours.sequences_scores, theirs.sequences_scores)
+    # The graph left pairs out: restricted attention scored the beams differently from full attention.
+    model.set_predicted_sparsity(None)
+    assert not torch.equal(model.generate(**first, **settings).sequences_scores, kept[0].sequences_scores)
+
+
+def test_a_static_cache_refilled_in_place_for_a_new_input_gets_that_inputs_projected_source_keys(batch):
+    model = tiny_model(seed=3, init_std=1.0)
+    model.set_predicted_sparsity({"cross": "distance:threshold=10"}, predictor=random_predictor(model))
+    first = {key: batch[key] for key in ("input_ids", "attention_mask")}
+    second = {"input_ids": torch.tensor([[14, 13, 12, 11, 10, 1], [9, 8, 7, 6, 5, 1]])}
+    settings = dict(max_new_tokens=6, min_new_tokens=6, output_scores=True, return_dict_in_generate=True)
+    cache = EncoderDecoderCache(
+        StaticCache(config=model.config, max_cache_len=12), StaticCache(config=model.config, max_cache_len=6)
+    )
+    model.generate(**first, **settings, cache=cache)
+    source_keys = cache.cross_attention_cache.layers[0].keys
+    cache.reset()
+    reused = model.generate(**second, **settings, cache=cache)
+    assert cache.cross_attention_cache.layers[0].keys is source_keys  # the same tensor, refilled
+    fresh = model.generate(**second, **settings)
+    for ours, theirs in zip(reused.scores, fresh.scores, strict=True):
+        assert torch.equal(ours, theirs)
+
+
 @pytest.mark.parametrize("spec", ["window:size=1", "distance:threshold=1.5"])
 def test_left_padding_changes_nothing_in_restricted_decoder_only_generation(spec):
     """Batched generation of the decoder-only model pads on the left: a query's position is then its index among the
@@ -153,7 +203,7 @@ def test_windows_and_missing_projections_are_refused_where_they_cannot_apply():
     predictor = random_predictor(model)
     predictor.layers.pop("cross")
     with pytest.raises(ValueError, match="no projections for cross"):
-        model.set_predicted_sparsity({"cross": "distance:threshold=1"}, predictor=predictor)
+        model.set_predicted_sparsity({"cross": "distance:threshold=10"}, predictor=predictor)
     with pytest.raises(ValueError, match="centroids for clusters=2 only"):
         model.set_predicted_sparsity("clustering:clusters=5", predictor=predictor)
     with pytest.raises(ValueError, match="unknown attention type 'decoder'"):
@@ -249,7 +299,9 @@ def test_contrastive_training_raises_the_recall_of_the_distance_graph():
     def recall_at_sparsity(projections: LayerProjections, sparsity: float) -> float:
         distances, supports = [], []
         for batch in batches:
-            distances.append(projections.squared_distances(batch.query, batch.key, torch.arange(12)).flatten())
+            distances.append(
+                projections.squared_distances(*projections.project(batch.query, batch.key), torch.arange(12)).flatten()
+            )
             supports.append(batch.support.flatten())
         distances, supports = torch.cat(distances), torch.cat(supports)
         threshold = distances.quantile(1 - sparsity)
@@ -298,7 +350,11 @@ def test_the_position_term_learns_a_local_head_whose_queries_and_keys_carry_no_p
         """Recall of the distance graph that keeps as many pairs as the support has."""
         distances = []
         for batch in batches:
-            distances.append(projections.squared_distances(batch.query, batch.key, torch.arange(query_len)).flatten())
+            distances.append(
+                projections.squared_distances(
+                    *projections.project(batch.query, batch.key), torch.arange(query_len)
+                ).flatten()
+            )
         distances = torch.cat(distances)
         threshold = distances.quantile(1 - sparsity)
         return float((distances[support.repeat(8, 1, 1, 1).flatten()] <= threshold).float().mean())

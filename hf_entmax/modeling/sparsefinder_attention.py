@@ -32,6 +32,7 @@ import json
 import math
 import os
 import re
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -156,28 +157,36 @@ class LayerProjections:
     centroids: dict[int, torch.Tensor] = field(default_factory=dict)
     position: torch.Tensor | None = None
 
+    def project_queries(self, query: torch.Tensor) -> torch.Tensor:
+        """``(B, H, Lq, D)`` → ``(B, H, Lq, r)`` in float32 (or float64)."""
+        return _project(query, self.query)
+
+    def project_keys(self, key: torch.Tensor) -> torch.Tensor:
+        """``(B, H, Lk, D)`` → ``(B, H, Lk, r)`` in float32 (or float64)."""
+        return _project(key, self.key)
+
     def project(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(B, H, Lq, D)``, ``(B, H, Lk, D)`` → ``(B, H, Lq, r)``, ``(B, H, Lk, r)`` in float32 (or float64)."""
-        dtype = torch.promote_types(query.dtype, torch.float32)
-        projected_query = torch.einsum("bhld,hdr->bhlr", query.to(dtype), self.query.to(query.device, dtype))
-        projected_key = torch.einsum("bhld,hdr->bhlr", key.to(dtype), self.key.to(key.device, dtype))
-        return projected_query, projected_key
+        return self.project_queries(query), self.project_keys(key)
 
-    def squared_distances(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def squared_distances(
+        self, projected_query: torch.Tensor, projected_key: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
         """What the distance method thresholds and training separates: the squared distance of the projected query
         and key, plus the position term ``position_h · |i − j|``.
 
         Args:
-            query: ``(B, H, Lq, D)``; key: ``(B, H, Lk, D)``, at positions 0 … Lk − 1.
+            projected_query: ``(B, H, Lq, r)``; projected_key: ``(B, H, Lk, r)``, at positions 0 … Lk − 1 (`project`).
             positions: ``(..., Lq)`` the queries' positions.
 
         Returns:
             ``(B, H, Lq, Lk)`` in float32 (or float64).
         """
-        squared = squared_distances(*self.project(query, key))
+        squared = squared_distances(projected_query, projected_key)
         if self.position is None:
             return squared
-        offsets = positions[..., :, None] - torch.arange(key.shape[-2], device=positions.device)  # (..., Lq, Lk)
+        key_len = projected_key.shape[-2]
+        offsets = positions[..., :, None] - torch.arange(key_len, device=positions.device)  # (..., Lq, Lk)
         while offsets.dim() < 4:
             offsets = offsets.unsqueeze(0)
         # One pass over the (B, H, Lq, Lk) distances: the weights (1, H, 1, 1) times the (…, 1 or H, Lq, Lk) offsets.
@@ -292,6 +301,12 @@ class SparsefinderPredictor:
         return cls.load(path)
 
 
+def _project(states: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:
+    """``(B, H, L, D)`` queries or keys times a ``(H, D, r)`` projection → ``(B, H, L, r)``, at least in float32."""
+    dtype = torch.promote_types(states.dtype, torch.float32)
+    return torch.einsum("bhld,hdr->bhlr", states.to(dtype), projection.to(states.device, dtype))
+
+
 def last_positions(query_len: int, key_len: int, device: torch.device) -> torch.Tensor:
     """``(Lq,)`` position of each query among the keys of self-attention when the keys end with the queries: the last
     ``Lq`` of ``Lk`` (teacher forcing, and cached decoding with a growing cache)."""
@@ -393,6 +408,7 @@ def predicted_graph(
     key: torch.Tensor,
     self_attention: bool,
     positions: torch.Tensor | None = None,
+    projected_key: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The pairs an operating point predicts, before the fallback (see `effective_graph`).
 
@@ -404,6 +420,7 @@ def predicted_graph(
         self_attention: Whether queries and keys are positions of one sequence (windows need it).
         positions: ``(..., Lq)`` each query's position, for windows and the position term (default: teacher
             forcing's, `last_positions` in self-attention and 0 … Lq − 1 in cross-attention). Keys are at 0 … Lk − 1.
+        projected_key: ``projections.project_keys(key)`` where made already (default: made here).
 
     Returns:
         ``(B, H, Lq, Lk)`` bool, or ``(Lq, Lk)`` for the window method.
@@ -425,11 +442,15 @@ def predicted_graph(
         return window_graph(positions, key_len, int(point.knob))
     if projections is None:
         raise ValueError(f"{point.spec()} needs the learned projections of a Sparsefinder predictor")
+    projected_query = projections.project_queries(query)
+    if projected_key is None:
+        projected_key = projections.project_keys(key)
     if point.method == "distance":
-        graph = distance_graph(projections.squared_distances(query, key, positions), float(point.knob))
+        squared = projections.squared_distances(projected_query, projected_key, positions)
+        graph = distance_graph(squared, float(point.knob))
     elif point.method == "quantization":
         edges = bucket_edges(projections.quantiles.to(query.device), int(point.knob))
-        graph = quantization_graph(*projections.project(query, key), edges)
+        graph = quantization_graph(projected_query, projected_key, edges)
     else:
         if int(point.knob) not in projections.centroids:
             raise ValueError(
@@ -437,7 +458,7 @@ def predicted_graph(
                 f"{', '.join(map(str, sorted(projections.centroids)))} only"
             )
         centroids = projections.centroids[int(point.knob)].to(query.device)
-        graph = cluster_graph(*projections.project(query, key), centroids)
+        graph = cluster_graph(projected_query, projected_key, centroids)
     if point.window is not None:
         graph = graph | window_graph(positions, key_len, point.window)
     return graph
@@ -468,9 +489,36 @@ class PredictedSparsity:
     ) -> None:
         self.point, self.projections = point, projections
         self.self_attention, self.causal = self_attention, causal
+        # Cross-attention's last keys (a weak reference) and their projections.
+        self._projected_source: tuple[weakref.ref, torch.Tensor] | None = None
+
+    def source_keys(self, key: torch.Tensor, cached: bool) -> torch.Tensor:
+        """``projections.project_keys(key)`` of cross-attention's keys, made once per input: while decoding, the keys
+        are the encoder states cached at the first step, the same tensor at every later step, and projecting them anew
+        at each step would cost more than the attention over them (``r`` multiplications per key entry, where the
+        scores take one per query).
+
+        Args:
+            key: ``(B, H, Lk, D)``.
+            cached: Whether ``key`` is the cache's, filled at an earlier step (the projections of that step's keys are
+                then still valid: a static cache refilled in place for a new input is not ``cached`` at its first
+                step, and beam search's reordering moves beams among the identical source keys of one input only).
+        """
+        projected = self._projected_source
+        if cached and projected is not None and projected[0]() is key:
+            return projected[1]
+        projected_key = self.projections.project_keys(key)
+        if not projected_key.requires_grad:  # in training, keeping them would keep the autograd graph alive
+            self._projected_source = (weakref.ref(key), projected_key)
+        return projected_key
 
     def graph(
-        self, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, query_start: int | torch.Tensor = 0
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        mask: torch.Tensor | None,
+        query_start: int | torch.Tensor = 0,
+        keys_cached: bool = False,
     ) -> torch.Tensor:
         """The pairs restricted attention computes (`effective_graph` of the prediction and the allowed pairs).
 
@@ -481,6 +529,8 @@ class PredictedSparsity:
                 masks it), or ``None``.
             query_start: The position of the first query (the tokens already cached; in cross-attention the target
                 tokens before it).
+            keys_cached: Whether cross-attention's keys are the cache's, filled at an earlier decoding step
+                (`source_keys`).
 
         Returns:
             ``(B, H, Lq, Lk)`` bool.
@@ -499,7 +549,12 @@ class PredictedSparsity:
             # ALiBi's do, so they are the same as without it).
             key_indices = torch.arange(key_len, device=query.device)
             positions = torch.where(allowed, key_indices, 0).amax(-1)  # (B, 1 or H, Lq)
-        predicted = predicted_graph(self.point, self.projections, query, key, self.self_attention, positions)
+        projected_key = None
+        if not self.self_attention and self.point.method in PROJECTION_METHODS and self.projections is not None:
+            projected_key = self.source_keys(key, keys_cached)
+        predicted = predicted_graph(
+            self.point, self.projections, query, key, self.self_attention, positions, projected_key
+        )
         return effective_graph(predicted, allowed).expand(*query.shape[:-1], key_len)
 
     @staticmethod

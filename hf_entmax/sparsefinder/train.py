@@ -159,7 +159,9 @@ def train_layer(
         for index in torch.randperm(len(batches), generator=generator).tolist():
             batch = batches[index]
             projections = LayerProjections(query_weight, key_weight, empty_quantiles, position=position_weight)
-            squared = projections.squared_distances(batch.query, batch.key, teacher_forced_positions(batch))
+            squared = projections.squared_distances(
+                *projections.project(batch.query, batch.key), teacher_forced_positions(batch)
+            )
             loss = contrastive_hinge_loss(
                 squared, batch.support, batch.allowed,
                 margin=settings.margin, pairs_per_query=settings.pairs_per_query, generator=generator,
@@ -186,7 +188,9 @@ def train_layer(
     distances = []
     with torch.no_grad():
         for batch in batches:
-            squared = projections.squared_distances(batch.query, batch.key, teacher_forced_positions(batch))
+            squared = projections.squared_distances(
+                *projections.project(batch.query, batch.key), teacher_forced_positions(batch)
+            )
             distances.append(squared[batch.support].sqrt())
     return projections, torch.cat(distances)
 
