@@ -397,8 +397,11 @@ def test_the_predictor_saves_loads_and_runs_in_a_folder_loaded_without_hf_entmax
         expected = model(**batch).logits
         remote.set_predicted_sparsity(spec)  # from the folder's own sparsefinder.safetensors
         torch.testing.assert_close(remote(**batch).logits, expected, rtol=0, atol=1e-5)
-    with pytest.raises(ValueError, match="is not a Sparsefinder predictor"):
-        SparsefinderPredictor.load(tmp_path / "model.safetensors")
+        model.set_predicted_sparsity(spec, predictor=str(tmp_path / PREDICTOR_FILE))  # the file itself
+        assert torch.equal(model(**batch).logits, expected)
+    for read in (SparsefinderPredictor.load, SparsefinderPredictor.from_pretrained):
+        with pytest.raises(ValueError, match="is not a Sparsefinder predictor"):
+            read(tmp_path / "model.safetensors")
 
 
 def one_line_error(capsys, command: str, arguments: list[str]) -> str:

@@ -343,13 +343,13 @@ def use_operating_point(
     """
     if not isinstance(model, AdaptiveEntmaxMarianMTModel):
         raise HfEntmaxValueError(f"--sparsefinder: --model {model_name} is a softmax Marian model; it needs α-entmax")
-    if predictor is not None and not Path(predictor).exists():
-        raise HfEntmaxFileNotFoundError(f"--sparsefinder_predictor {predictor}: no such file or folder")
-    if predictor is not None and Path(predictor).is_file():
+    if predictor is not None:
+        if not Path(predictor).exists():
+            raise HfEntmaxFileNotFoundError(f"--sparsefinder_predictor {predictor}: no such file or folder")
         try:
-            predictor = SparsefinderPredictor.load(predictor)
+            predictor = SparsefinderPredictor.from_pretrained(predictor)
         except (OSError, ValueError) as error:
-            raise HfEntmaxValueError(f"--sparsefinder_predictor {error}") from None
+            raise HfEntmaxValueError(f"--sparsefinder_predictor {last_line(str(error))}") from None
     try:
         model.set_predicted_sparsity(list(settings), predictor=predictor)
     except (OSError, ValueError) as error:

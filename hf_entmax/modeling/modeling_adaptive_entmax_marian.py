@@ -910,7 +910,7 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
         Args:
             settings: A spec, an ``OperatingPoint``, a ``{attention_type: spec}`` dict, a list of
                 ``[TYPE=]SPEC`` strings, or ``None``.
-            predictor: A ``SparsefinderPredictor``, or a folder / Hub id with ``sparsefinder.safetensors``
+            predictor: A ``SparsefinderPredictor``, its file, or a folder / Hub id with ``sparsefinder.safetensors``
                 (default: this model's own, loaded on demand).
 
         Returns:

@@ -287,11 +287,14 @@ class SparsefinderPredictor:
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, **kwargs) -> "SparsefinderPredictor":
         """The ``sparsefinder.safetensors`` of a model folder or Hub repository (``kwargs`` go to ``cached_file``:
-        ``revision``, ``token``, ``local_files_only``, …).
+        ``revision``, ``token``, ``local_files_only``, …), or a predictor file itself.
 
         Raises:
             OSError: If there is no such file there.
+            ValueError: If the file is not a Sparsefinder predictor (see `load`).
         """
+        if os.path.isfile(name_or_path):
+            return cls.load(name_or_path)
         path = cached_file(str(name_or_path), PREDICTOR_FILE, _raise_exceptions_for_missing_entries=False, **kwargs)
         if path is None:
             raise OSError(
@@ -620,7 +623,7 @@ def apply_predicted_sparsity(
             ``predicted_sparsity``).
         settings: See `split_sparsity_settings`. A point given for every type applies to the types it can: those
             the predictor has projections for (projection methods), the self-attention types (windows).
-        predictor: The learned projections, or the folder / Hub id holding ``sparsefinder.safetensors``;
+        predictor: The learned projections, their file, or the folder / Hub id holding ``sparsefinder.safetensors``;
             ``None`` loads the model's own (``model.name_or_path``) when a method needs one.
 
     Returns:
