@@ -556,11 +556,11 @@ def main() -> None:
                         timings[spec.name, seed, k] = timed_translations(folder, k, files, predictor, arguments)
             markdown_tables[SPARSEFINDER_TABLE] = sparsefinder_table(timings, predictors, arguments)
             log(markdown_tables[SPARSEFINDER_TABLE])
-    (out / "results.json").write_text(
-        json.dumps(
-            {"source tokens": tokens, "scores": {f"{v} seed{s} k{k}": m for (v, s, k), m in scores.items()}}, indent=1
-        )
-    )
+    results = {"source tokens": tokens, "scores": {f"{v} seed{s} k{k}": m for (v, s, k), m in scores.items()}}
+    if arguments.sparsefinder_k is not None:
+        # Each k's full and restricted translation: scores and seconds.
+        results["sparsefinder"] = {f"{v} seed{s} k{k}": timing for (v, s, k), timing in timings.items()}
+    (out / "results.json").write_text(json.dumps(results, indent=1))
     if arguments.markdown:
         measured = f"Measured on {time.strftime('%Y-%m-%d')} ({machine}) with `{command}`."
         write_tables(arguments.markdown, {name: f"{text}\n\n{measured}" for name, text in markdown_tables.items()})

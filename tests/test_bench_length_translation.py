@@ -69,8 +69,11 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
     # Sparsefinder: a predictor per run, and k = 2 translated with full and with restricted attention.
     sparse_rows = [line for line in lines if len(line) == 7]  # the second table's: k, model, seed, points, ...
     assert [row[1] for row in sparse_rows] == ["softmax+nape-split-cross+doc2", "adaptive+nape-split-cross+doc2"]
+    timings = json.loads((tmp_path / "out" / "results.json").read_text())["sparsefinder"]
     for row in sparse_rows:
-        assert "cross `" in row[3] and float(row[-1].rstrip(" |")) > 0
+        full, restricted = (timings[f"{row[1]} seed0 k2"][name] for name in ("full", "restricted"))
+        assert "cross `" in row[3] and row[-1].rstrip(" |") == f"{restricted['seconds'] / full['seconds']:.2f}"
+        assert row[4:6] == [f"{full['bleu']:.2f}", f"{restricted['bleu']:.2f}"]
         report = tmp_path / "out" / "sparsefinder" / row[1] / "seed0" / "val-k2-recall0-mass0.9" / "report.json"
         assert (report.parent / "sparsefinder.safetensors").is_file()
         attention = json.loads(report.read_text())["attention"]
