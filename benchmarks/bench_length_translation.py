@@ -34,6 +34,8 @@
    group). With ``--lines_per_input N`` each group is translated instead as a paragraph of k lines, N lines at a time
    (`hf-entmax translate --paragraphs --lines_per_input N`, each input at most N × 64 new tokens), the translations
    joined on the group's line: the way to translate a long document with a model trained on up to N sentences.
+   With ``--match_sentences`` (`hf-entmax translate --match_sentences`) no translation may end before it has as many
+   sentence ends as its input (its outputs and scores are kept apart, ``k{k}-matched``).
 
 4. Sparsefinder (with ``--sparsefinder_k K``): for each run, `hf-entmax sparsefinder` learns to predict each head's
    α-entmax graph on the validation set (`val`) joined K sentences at a time (its first ``--sparsefinder_train``
@@ -59,7 +61,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shlex
 import statistics
 import sys
@@ -76,6 +77,7 @@ from tables import measured_command, write_tables
 from hf_entmax import AdaptiveEntmaxMarianConfig
 from hf_entmax.commands.translate import load_translation_model, translate_lines, use_operating_point
 from hf_entmax.common.model_folder import load_tokenizer
+from hf_entmax.common.sentences import count_sentence_ends
 from hf_entmax.modeling.configuration_adaptive_entmax_marian import position_limit
 from hf_entmax.training.metrics import corpus_scores
 
@@ -84,8 +86,6 @@ TABLE = "length-translation"
 SPARSEFINDER_TABLE = "length-translation-sparsefinder"
 # The held-out recall and mass kept the chosen Sparsefinder points must reach, unless --sparsefinder_target_* say else.
 SPARSEFINDER_TARGETS = (0.95, 0.0)
-# The end of a sentence: a full stop, question or exclamation mark before a space or the end of a line.
-SENTENCE_END = re.compile(r"[.!?](?=\s|$)", re.MULTILINE)
 # Position options a run can be trained with (`hf-entmax train` flags), by the name the run's name carries.
 POSITIONS = {
     "sinusoidal": [],
@@ -273,8 +273,8 @@ def max_new_tokens(folder: Path, k: int, arguments: argparse.Namespace) -> int:
 def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, target: Path) -> dict:
     """Translate and score one k's input with one run, or read the scores if they exist; return the metrics, with
     ``length_ratio``: the translations' words over the references' (a model that stops after one sentence of k
-    scores low for its length alone, whatever the sentence's quality), and ``sentence_ratio``: their sentences (ends
-    of sentences: `SENTENCE_END`) over the references'."""
+    scores low for its length alone, whatever the sentence's quality), and ``sentence_ratio``: their sentences
+    (`count_sentence_ends`) over the references'."""
     per_input = arguments.lines_per_input
     if per_input is None:
         name, source, reference, options = f"k{k}", files["source"], files["reference"], []
@@ -282,6 +282,8 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
     else:
         name, source, reference = f"k{k}-lines{per_input}", files["paragraph_source"], files["paragraph_reference"]
         options, sentences_per_input = ["--paragraphs", "--lines_per_input", str(per_input)], min(k, per_input)
+    if arguments.match_sentences:
+        name, options = f"{name}-matched", [*options, "--match_sentences"]
     metrics_file, output_file = target / f"{name}.json", target / f"{name}.txt"
     if not metrics_file.exists():
         command = ["hf-entmax", "translate", "--model", str(folder), "--input", str(source), *options]
@@ -295,7 +297,7 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
         return len(path.read_text(encoding="utf-8").split())
 
     def sentences(path: Path) -> int:
-        return len(SENTENCE_END.findall(path.read_text(encoding="utf-8")))
+        return count_sentence_ends(path.read_text(encoding="utf-8"))
 
     return {
         **json.loads(metrics_file.read_text()),
@@ -358,6 +360,7 @@ def timed_translations(folder: Path, k: int, files: dict, predictor: dict, argum
             sources,
             batch_size=arguments.translate_batch_size,
             max_new_tokens=max_new_tokens(folder, k, arguments),
+            match_sentences=arguments.match_sentences,
             progress=False,
         )
         seconds = time.perf_counter() - start
@@ -446,6 +449,11 @@ def table(scores: dict, inputs: dict, tokens: dict, arguments: argparse.Namespac
             if arguments.lines_per_input
             else ""
         )
+        + (
+            "no translation ended before it had as many sentence ends as its input (`--match_sentences`); "
+            if arguments.match_sentences
+            else ""
+        )
         + f"beam 4, at most {arguments.max_new_tokens_per_join} new tokens per sentence of an input. A run's name: "
         f"its attention variant, `+positions` where not sinusoidal, `+docN` where trained with `--document_context N`"
         + (f" (also on joined training examples of up to {max(documents)} sentences)" if documents else "")
@@ -485,6 +493,12 @@ def main() -> None:
         default=None,
         help="translate each k-sentence group as a paragraph of k lines, this many at a time (`hf-entmax translate "
         "--paragraphs --lines_per_input N`), instead of as one input",
+    )
+    parser.add_argument(
+        "--match_sentences",
+        action="store_true",
+        help="let no translation end before it has as many sentence ends as its input (`hf-entmax translate "
+        "--match_sentences`)",
     )
     parser.add_argument("--extra", default="", help="flags added to every training run (e.g. for a quick check)")
     parser.add_argument(

@@ -127,7 +127,7 @@ def test_outputs_are_measured_in_words_and_sentences_against_the_references(tmp_
     target.mkdir()
     (target / "k2.txt").write_text("A dog is running. A cat.\nIs it 3.5 m? No\n", encoding="utf-8")
     (target / "k2.json").write_text(json.dumps({"bleu": 12.5, "chrf": 40.0}), encoding="utf-8")
-    arguments = argparse.Namespace(lines_per_input=None)
+    arguments = argparse.Namespace(lines_per_input=None, match_sentences=False)
     files = {"source": tmp_path / "missing.de", "reference": reference}
     metrics = bench.translate(tmp_path / "no-model", 2, files, arguments, target)
     assert metrics["bleu"] == 12.5

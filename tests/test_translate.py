@@ -21,6 +21,8 @@ from hf_entmax.commands.translate import (
     scored_lines,
     translate_lines,
 )
+from hf_entmax.common.sentences import count_sentence_ends, sentence_end_token_ids
+from hf_entmax.training.tokenizer import train_joint_tokenizer
 
 
 SOURCES = SENTENCES[0::2]  # German sentences
@@ -233,6 +235,31 @@ def test_a_paragraph_is_translated_lines_per_input_lines_at_a_time_on_its_one_li
     bleu = sacrebleu.corpus_bleu([first, f"{second} {third}"], [joined_references])
     printed = capsys.readouterr().out
     assert "Wrote 3 lines" in printed and f"BLEU = {bleu.score:.2f}  " in printed
+
+
+def test_match_sentences_lets_no_translation_end_before_it_has_its_inputs_sentence_ends(tmp_path, capsys):
+    tokenizer = train_joint_tokenizer([f"{sentence}." for sentence in SENTENCES] * 4, vocab_size=64)
+    end_ids = sentence_end_token_ids(tokenizer)
+    assert tokenizer.convert_ids_to_tokens(end_ids.tolist()) == ["."]
+    model = tiny_model(seed=2, vocab_size=len(tokenizer), init_std=2.0)
+    model.generation_config.max_length = 12
+    # A model that would rather stop than go on, and rather end a sentence than write a word.
+    with torch.no_grad():
+        model.final_logits_bias[0, model.config.eos_token_id] = 1000.0
+        model.final_logits_bias[0, end_ids] = 500.0
+    lines = [f"{SOURCES[0]}. {SOURCES[1]}.", f"{SOURCES[2]}!", SOURCES[3], f"{SOURCES[0]}? 3.5 {SOURCES[1]}."]
+    assert [count_sentence_ends(line) for line in lines] == [2, 1, 0, 2]
+    assert translate_lines(model, tokenizer, lines, progress=False) == ["", "", "", ""]
+    expected = ["..", ".", "", ".."]
+    for num_beams in (1, 3):
+        matched = translate_lines(model, tokenizer, lines, num_beams=num_beams, match_sentences=True, progress=False)
+        assert matched == expected
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "input.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    arguments = ["--model", str(tmp_path / "model"), "--input", str(tmp_path / "input.txt"), "--no-progress"]
+    assert main(["translate", *arguments, "--match_sentences"]) == 0
+    assert capsys.readouterr().out.split("\n") == [*expected, ""]
 
 
 def test_lines_empty_on_one_side_only_are_not_scored_and_are_named_in_one_warning(caplog):

@@ -29,10 +29,11 @@ import torch
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from tqdm.auto import tqdm
-from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import LogitsProcessorList, MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..common.model_folder import MODEL_TYPE_NAMES, check_model_folder, load_config, load_pretrained, load_tokenizer
 from ..common.outputs import check_output_files, line_output, write_text_atomically
+from ..common.sentences import SentenceEndsBeforeStop, count_sentence_ends, sentence_end_token_ids
 from ..common.text_files import listed_lines, read_aligned_lines, read_lines
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxValueError, last_line
 from ..modeling.configuration_adaptive_entmax_marian import position_limit
@@ -102,6 +103,12 @@ def add_parser_arguments(parser: argparse.ArgumentParser) -> None:
         help="With --paragraphs: translate each paragraph N consecutive lines at a time (one input each), their "
         "translations joined on the paragraph's line; for a model trained with --document_context N "
         "(default: the whole paragraph as one input).",
+    )
+    parser.add_argument(
+        "--match_sentences",
+        action="store_true",
+        help="Let no translation end before it has as many sentence ends (. ! ? before a space) as its input: a model "
+        "trained on inputs of up to n sentences stops after about n on longer ones.",
     )
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=True, help="Show a progress bar (on stderr)."
@@ -215,6 +222,7 @@ def translate_lines(
     num_beams: int | None = None,
     batch_size: int = 32,
     max_new_tokens: int | None = None,
+    match_sentences: bool = False,
     progress: bool = True,
 ) -> list[str]:
     """Translate sentences in batches of similar length; return one translation per line, in input order.
@@ -230,6 +238,8 @@ def translate_lines(
         batch_size: Sentences per ``generate`` call.
         max_new_tokens: Longest translation in tokens (``</s>`` included); None takes the generation config's
             length limit.
+        match_sentences: Let no translation end before it has as many sentence ends as its line
+            (`hf_entmax.common.sentences`): models stop early on inputs of more sentences than they were trained on.
         progress: Show a progress bar over the sentences (on stderr).
 
     Returns:
@@ -247,6 +257,7 @@ def translate_lines(
             num_beams=num_beams,
             batch_size=batch_size,
             max_new_tokens=max_new_tokens,
+            match_sentences=match_sentences,
             progress=progress,
         )
     )
@@ -260,6 +271,7 @@ def iter_translations(
     num_beams: int | None = None,
     batch_size: int = 32,
     max_new_tokens: int | None = None,
+    match_sentences: bool = False,
     progress: bool = True,
 ) -> Iterator[str]:
     """`translate_lines`, yielding each line's translation in input order as soon as it and the lines before it are
@@ -302,6 +314,7 @@ def iter_translations(
             f"{len(too_long)} line(s): {listed_lines(too_long)}; split those lines to translate them whole"
         )
 
+    end_token_ids = sentence_end_token_ids(tokenizer) if match_sentences else None
     block_size = batch_size * BATCHES_PER_BLOCK
     with (
         torch.inference_mode(),
@@ -323,6 +336,10 @@ def iter_translations(
                     max_length=max_source_length,
                     return_tensors="pt",
                 ).to(model.device)
+                if end_token_ids is not None:
+                    needed = [count_sentence_ends(sentences[index]) for index in batch]
+                    guard = SentenceEndsBeforeStop(needed, end_token_ids, model.generation_config.eos_token_id)
+                    generate_kwargs["logits_processor"] = LogitsProcessorList([guard])
                 output_ids = model.generate(**inputs, **generate_kwargs)  # (len(batch), output length)
                 decoded = tokenizer.batch_decode(output_ids, skip_special_tokens=True)
                 for index, text in zip(batch, decoded, strict=True):
@@ -493,6 +510,7 @@ def run(args: argparse.Namespace) -> int:
                 num_beams=args.num_beams,
                 batch_size=args.batch_size,
                 max_new_tokens=args.max_new_tokens,
+                match_sentences=args.match_sentences,
                 progress=args.progress,
             )
             for translation in joined_translations(translated, [len(line_inputs) for line_inputs in inputs]):
