@@ -133,3 +133,9 @@ def test_outputs_are_measured_in_words_and_sentences_against_the_references(tmp_
     assert metrics["bleu"] == 12.5
     assert metrics["length_ratio"] == pytest.approx(11 / 14)
     assert metrics["sentence_ratio"] == pytest.approx(3 / 5)  # "3.5" ends no sentence, nor does "No" without a stop
+    # With --match_sentences the outputs and scores are the "-matched" ones, kept apart from the plain ones.
+    (target / "k2-matched.txt").write_text("A dog is running. A cat sleeps. Two men!\nIs it 3.5 m? No.\n", "utf-8")
+    (target / "k2-matched.json").write_text(json.dumps({"bleu": 30.0, "chrf": 50.0}), encoding="utf-8")
+    arguments.match_sentences = True
+    metrics = bench.translate(tmp_path / "no-model", 2, files, arguments, target)
+    assert metrics["bleu"] == 30.0 and metrics["sentence_ratio"] == pytest.approx(5 / 5)
