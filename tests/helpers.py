@@ -25,6 +25,7 @@ SAVED_FOLDER_FILES = {
     "entmax.py",
     "sparsefinder_attention.py",
     "pipeline_translation.py",
+    "sentence_ends.py",
 }
 SENTENCES = [
     "der kleine hund läuft schnell",
@@ -138,3 +139,23 @@ def padded_attention_inputs(generator: torch.Generator, heads: int = 3, length: 
     mask = torch.zeros(2, 1, length, length, dtype=torch.float64)
     mask[1, :, :, 3:] = float("-inf")
     return query, key, value, mask
+
+
+def punctuated_tokenizer():
+    """A tokenizer of `SENTENCES` with a full stop after each, so that "." is a token of its own."""
+    from hf_entmax.training.tokenizer import train_joint_tokenizer
+
+    return train_joint_tokenizer([f"{sentence}." for sentence in SENTENCES] * 4, vocab_size=64)
+
+
+def eager_to_stop(tokenizer) -> AdaptiveEntmaxMarianMTModel:
+    """A model that would rather stop than go on, and rather end a sentence than write a word: it outputs nothing
+    unless made to go on, and then only full stops (``tokenizer`` from `punctuated_tokenizer`)."""
+    from hf_entmax.modeling.sentence_ends import sentence_end_token_ids
+
+    model = tiny_model(seed=2, vocab_size=len(tokenizer), init_std=2.0)
+    model.generation_config.max_length = 12
+    with torch.no_grad():
+        model.final_logits_bias[0, model.config.eos_token_id] = 1000.0
+        model.final_logits_bias[0, sentence_end_token_ids(tokenizer)] = 500.0
+    return model

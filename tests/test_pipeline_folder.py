@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import eager_to_stop, punctuated_tokenizer, tiny_model
 from transformers import GenerationConfig
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel
@@ -136,3 +136,43 @@ def test_output_attentions_in_the_config_returns_sparse_attentions_and_survives_
     reloaded = AdaptiveEntmaxMarianMTModel.from_pretrained(folder)
     assert reloaded.config.output_attentions is True
     assert reloaded(**inputs, decoder_input_ids=decoder_input_ids).encoder_attentions is not None
+
+
+@pytest.mark.slow
+def test_match_sentences_works_in_the_pipeline_of_a_folder_loaded_without_hf_entmax(tmp_path):
+    """The pipeline's `match_sentences` (and the sentence_ends.py it needs, saved with the model) as a Hub user runs
+    it: batched, each input gets its own count."""
+    tokenizer = punctuated_tokenizer()
+    folder = tmp_path / "model"
+    eager_to_stop(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert (folder / "sentence_ends.py").is_file()
+    sources = ["der kleine hund. zwei katzen!", "ein mann liest.", "die frau trinkt kaffee", "a? b. c."]
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.modules["hf_entmax"] = None  # as on a machine without hf_entmax
+        from transformers import pipeline
+
+        translator = pipeline("translation", model={str(folder)!r}, trust_remote_code=True)
+        plain = [result["translation_text"] for result in translator({sources!r})]
+        matched = [
+            result["translation_text"] for result in translator({sources!r}, match_sentences=True, batch_size=2)
+        ]
+        try:
+            translator("ein hund.", match_sentences="yes")
+            refused = None
+        except ValueError as error:
+            refused = str(error)
+        print(json.dumps({{"plain": plain, "matched": matched, "refused": refused}}))
+        """
+    )
+    environment = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    completed = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert results["plain"] == ["", "", "", ""]
+    assert results["matched"] == ["..", ".", "", "..."]
+    assert results["refused"] == "`match_sentences` must be True or False, got 'yes'"

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import sacrebleu
 import torch
-from helpers import SENTENCES, tiny_model
+from helpers import SENTENCES, eager_to_stop, punctuated_tokenizer, tiny_model
 from huggingface_hub import constants
 from transformers import MarianConfig, MarianMTModel
 
@@ -21,8 +21,7 @@ from hf_entmax.commands.translate import (
     scored_lines,
     translate_lines,
 )
-from hf_entmax.common.sentences import count_sentence_ends, sentence_end_token_ids
-from hf_entmax.training.tokenizer import train_joint_tokenizer
+from hf_entmax.modeling.sentence_ends import count_sentence_ends, sentence_end_token_ids
 
 
 SOURCES = SENTENCES[0::2]  # German sentences
@@ -238,15 +237,9 @@ def test_a_paragraph_is_translated_lines_per_input_lines_at_a_time_on_its_one_li
 
 
 def test_match_sentences_lets_no_translation_end_before_it_has_its_inputs_sentence_ends(tmp_path, capsys):
-    tokenizer = train_joint_tokenizer([f"{sentence}." for sentence in SENTENCES] * 4, vocab_size=64)
-    end_ids = sentence_end_token_ids(tokenizer)
-    assert tokenizer.convert_ids_to_tokens(end_ids.tolist()) == ["."]
-    model = tiny_model(seed=2, vocab_size=len(tokenizer), init_std=2.0)
-    model.generation_config.max_length = 12
-    # A model that would rather stop than go on, and rather end a sentence than write a word.
-    with torch.no_grad():
-        model.final_logits_bias[0, model.config.eos_token_id] = 1000.0
-        model.final_logits_bias[0, end_ids] = 500.0
+    tokenizer = punctuated_tokenizer()
+    assert tokenizer.convert_ids_to_tokens(sentence_end_token_ids(tokenizer).tolist()) == ["."]
+    model = eager_to_stop(tokenizer)
     lines = [f"{SOURCES[0]}. {SOURCES[1]}.", f"{SOURCES[2]}!", SOURCES[3], f"{SOURCES[0]}? 3.5 {SOURCES[1]}."]
     assert [count_sentence_ends(line) for line in lines] == [2, 1, 0, 2]
     assert translate_lines(model, tokenizer, lines, progress=False) == ["", "", "", ""]

@@ -33,12 +33,12 @@ from transformers import LogitsProcessorList, MarianMTModel, PreTrainedModel, Pr
 
 from ..common.model_folder import MODEL_TYPE_NAMES, check_model_folder, load_config, load_pretrained, load_tokenizer
 from ..common.outputs import check_output_files, line_output, write_text_atomically
-from ..common.sentences import SentenceEndsBeforeStop, count_sentence_ends, sentence_end_token_ids
 from ..common.text_files import listed_lines, read_aligned_lines, read_lines
 from ..errors import HfEntmaxFileNotFoundError, HfEntmaxInterrupted, HfEntmaxValueError, last_line
 from ..modeling.configuration_adaptive_entmax_marian import position_limit
 from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianMTModel
 from ..modeling.pipeline_translation import input_length_limit
+from ..modeling.sentence_ends import SentenceEndsBeforeStop, count_sentence_ends, sentence_end_token_ids
 from ..modeling.sparsefinder_attention import PREDICTOR_FILE, SparsefinderPredictor, split_sparsity_settings
 from ..training.metrics import corpus_scores
 from .parsing import CommandParser
@@ -239,7 +239,8 @@ def translate_lines(
         max_new_tokens: Longest translation in tokens (``</s>`` included); None takes the generation config's
             length limit.
         match_sentences: Let no translation end before it has as many sentence ends as its line
-            (`hf_entmax.common.sentences`): models stop early on inputs of more sentences than they were trained on.
+            (`hf_entmax.modeling.sentence_ends`): models stop early on inputs of more sentences than they were
+            trained on.
         progress: Show a progress bar over the sentences (on stderr).
 
     Returns:

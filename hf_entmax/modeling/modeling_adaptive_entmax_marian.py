@@ -854,14 +854,16 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
         """Save as any model does, plus what lets anyone load the folder without hf_entmax.
 
         The folder gets this file and its flat companions (config, entmax, positions, Sparsefinder, translation
-        pipeline); for the translation model an ``auto_map`` for ``AutoConfig``, ``AutoModel`` and
-        ``AutoModelForSeq2SeqLM``, and a ``custom_pipelines`` entry that makes ``pipeline("translation", model=folder,
-        trust_remote_code=True)`` work; for the decoder-only model an ``auto_map`` for ``AutoConfig`` and
-        ``AutoModelForCausalLM``. Arguments are those of ``PreTrainedModel.save_pretrained``.
+        pipeline and its sentence ends); for the translation model an ``auto_map`` for ``AutoConfig``,
+        ``AutoModel`` and ``AutoModelForSeq2SeqLM``, and a ``custom_pipelines`` entry that makes
+        ``pipeline("translation", model=folder, trust_remote_code=True)`` work; for the decoder-only model an
+        ``auto_map`` for ``AutoConfig`` and ``AutoModelForCausalLM``. Arguments are those of
+        ``PreTrainedModel.save_pretrained``.
         """
         # Imported here: the pipeline's module loads transformers' pipelines and with them every tokenizer backend,
         # which only saving needs, so that importing the model stays light.
         from .pipeline_translation import TranslationPipeline
+        from .sentence_ends import SentenceEndsBeforeStop
 
         os.makedirs(save_directory, exist_ok=True)
         # One object from each flat file that a saved folder needs (copied, with relative imports intact).
@@ -872,6 +874,7 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
             rotate,
             apply_predicted_sparsity,
             TranslationPipeline,
+            SentenceEndsBeforeStop,
         ):
             shutil.copy(sys.modules[source.__module__].__file__, save_directory)
         if self.config.is_encoder_decoder:

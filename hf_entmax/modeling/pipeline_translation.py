@@ -9,10 +9,11 @@ This file is copied to the Hub next to the model, so it needs nothing but torch 
 """
 
 import torch
-from transformers import GenerationConfig, Pipeline, PreTrainedConfig, PreTrainedTokenizerBase
+from transformers import GenerationConfig, LogitsProcessorList, Pipeline, PreTrainedConfig, PreTrainedTokenizerBase
 from transformers.utils import logging
 
 from .configuration_adaptive_entmax_marian import check_generation_settings, position_limit
+from .sentence_ends import SentenceEndsBeforeStop, count_sentence_ends, sentence_end_token_ids
 
 
 logger = logging.get_logger(__name__)
@@ -72,6 +73,9 @@ class TranslationPipeline(Pipeline):
     - ``src_lang`` / ``tgt_lang`` (`str`): language codes for a multilingual tokenizer (one with
       ``_build_translation_inputs``, such as NLLB's or M2M100's), used as transformers 4 did; a model
       that translates one fixed pair ignores them, and logs that once.
+    - ``match_sentences`` (`bool`, default `False`): let no translation end before it has as many sentence ends as
+      its input (``sentence_ends.py``): a model trained on inputs of up to n sentences stops after about n on a
+      longer paragraph.
     - ``batch_size`` (`int`): inputs per ``generate`` call.
     - Anything else goes to ``model.generate``: ``num_beams``, ``num_return_sequences``, ``do_sample``,
       ``generation_config``, … Settings that ``generate`` would fail on deep inside (``num_beams`` 0, a token id past
@@ -116,11 +120,16 @@ class TranslationPipeline(Pipeline):
         return_tensors=None,
         clean_up_tokenization_spaces=None,
         skip_special_tokens=None,
+        match_sentences=None,
         **generate_kwargs,
     ):
         preprocess_params = {}
         if truncation is not None:
             preprocess_params["truncation"] = truncation
+        if match_sentences is not None:
+            if not isinstance(match_sentences, bool):
+                raise ValueError(f"`match_sentences` must be True or False, got {match_sentences!r}")
+            preprocess_params["match_sentences"] = match_sentences
         if src_lang is not None:
             preprocess_params["src_lang"] = src_lang
         if tgt_lang is not None:
@@ -148,7 +157,14 @@ class TranslationPipeline(Pipeline):
             raise ValueError("`return_text=False` with `return_tensors=False` leaves nothing to return: drop one")
         return preprocess_params, generate_kwargs, postprocess_params
 
-    def preprocess(self, text: str, truncation=False, src_lang: str | None = None, tgt_lang: str | None = None):
+    def preprocess(
+        self,
+        text: str,
+        truncation=False,
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
+        match_sentences: bool = False,
+    ):
         if not isinstance(text, str):
             raise TypeError(f"TranslationPipeline translates strings, got {type(text).__name__}: {text!r}")
         limit = input_length_limit(self.model.config, self.tokenizer)
@@ -178,10 +194,14 @@ class TranslationPipeline(Pipeline):
                 f"TranslationPipeline: the input {excerpt!r} has {length} tokens, but this model takes at most "
                 f"{limit[0]} ({limit[1]}): pass truncation=True to cut it to {limit[0]} tokens, or split it"
             )
+        if match_sentences:
+            # A tensor, so that batching stacks one count per input (other entries are per-call settings).
+            inputs["sentence_ends"] = torch.tensor([count_sentence_ends(text)])
         return inputs
 
     def _forward(self, model_inputs, **generate_kwargs):
         model_inputs = dict(model_inputs)
+        sentence_ends = model_inputs.pop("sentence_ends", None)  # (batch,) with match_sentences
         # Entries that are not tensors come from a multilingual tokenizer (`forced_bos_token_id`): generation
         # arguments, the same for every input of a call. Batched, the collate function lists one per input.
         tokenizer_generate_kwargs = {}
@@ -205,6 +225,17 @@ class TranslationPipeline(Pipeline):
         overrides = self._total_length_limits(given, prompt_length)
         # The overrides go where generate reads them: into the call's kwargs, or a copy of its generation_config.
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs, **overrides)
+        if sentence_ends is not None:
+            if getattr(self, "_sentence_end_token_ids", None) is None:
+                self._sentence_end_token_ids = sentence_end_token_ids(self.tokenizer)
+            guard = SentenceEndsBeforeStop(
+                sentence_ends.flatten().tolist(),
+                self._sentence_end_token_ids,
+                self.model.generation_config.eos_token_id,
+            )
+            generate_kwargs["logits_processor"] = LogitsProcessorList(
+                [*generate_kwargs.get("logits_processor", []), guard]
+            )
         output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         if not torch.is_tensor(output_ids):
             output_ids = output_ids.sequences

@@ -5,6 +5,9 @@ Why the constraint: a model trained on inputs of up to n sentences learns to end
 and on a paragraph of more it stops early, whatever its attention (docs/benchmarks.md, "Translating joined
 sentences"). Forbidding ``</s>`` until the output has as many sentence ends as the input removes that one failure and
 leaves every other choice to the model.
+
+This file is copied to the Hub next to the model (the translation pipeline uses it): it needs nothing but torch and
+transformers.
 """
 
 import re
