@@ -77,8 +77,8 @@ from tables import measured_command, write_tables
 from hf_entmax import AdaptiveEntmaxMarianConfig
 from hf_entmax.commands.translate import load_translation_model, translate_lines, use_operating_point
 from hf_entmax.common.model_folder import load_tokenizer
-from hf_entmax.modeling.sentence_ends import count_sentence_ends
 from hf_entmax.modeling.configuration_adaptive_entmax_marian import position_limit
+from hf_entmax.modeling.sentence_ends import count_sentence_ends
 from hf_entmax.training.metrics import corpus_scores
 
 
