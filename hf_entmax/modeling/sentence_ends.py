@@ -17,10 +17,11 @@ import torch
 from transformers import LogitsProcessor, PreTrainedTokenizerBase
 
 
-# The end of a sentence: a full stop, question or exclamation mark before a space or the end of a line, or a
-# full-width (CJK) one anywhere.
-SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？]", re.MULTILINE)
-SENTENCE_END_MARKS = (".", "!", "?", "。", "！", "？")
+# The marks that end a sentence: a full stop, question or exclamation mark before a space or the end of a line, or
+# a full-width (CJK) one anywhere.
+MARKS, FULL_WIDTH_MARKS = ".!?", "。！？"
+SENTENCE_END = re.compile(rf"[{re.escape(MARKS)}](?=\s|$)|[{FULL_WIDTH_MARKS}]", re.MULTILINE)
+SENTENCE_END_MARKS = tuple(MARKS + FULL_WIDTH_MARKS)
 
 
 def count_sentence_ends(text: str) -> int:
