@@ -5,7 +5,9 @@
 
 Each run is the command line a user types: `hf-entmax train` with the `small` preset, its default recipe and only the
 flags that define the variant (and the seed); validation (`val`) and test (`test_2016_flickr`) are scored at the end.
-Runs already finished in --output_dir are read, not repeated, so the benchmark can be extended seed by seed.
+Runs already finished in --output_dir are read, not repeated, so the benchmark can be extended seed by seed; a run
+stopped before it finished (Ctrl-C, a closed session) resumes from its last checkpoint, saved every --save_steps steps
+and removed once the run finished, when the same command runs again.
 
 Any parallel corpus works, such as your own language pair: --data_dir holds line-aligned files `<split>.<language>`,
 the split names given by --train_name, --validation_name and --test_name (Multi30k's `train`, `val` and
@@ -29,12 +31,15 @@ import json
 import math
 import re
 import shlex
+import shutil
 import statistics
 import sys
 from pathlib import Path
 
 from runs import MULTI30K_SPLITS, corpus_flags, joined_corpus, run, scores
 from tables import measured_command, write_tables
+
+from hf_entmax.training.run import last_complete_checkpoint
 
 
 VARIANTS = {
@@ -47,6 +52,9 @@ VARIANTS = {
 }
 # Written into each run folder once its training finished: the flags it was trained with (all but --output_dir).
 RUN_RECORD = "benchmark_command.json"
+# Where a run keeps its checkpoints, not what it learns: left out of the record and of the comparison with it (runs
+# recorded before checkpoints were kept were trained with `--save_strategy no`).
+CHECKPOINT_FLAGS = ("--save_strategy", "--save_steps", "--save_total_limit", "--resume_from_checkpoint")
 
 
 def mean_and_spread(values: list[float]) -> str:
@@ -75,21 +83,56 @@ def flag_values(flags: list[str]) -> dict[str, str]:
     return values
 
 
+def stop_if_flags_differ(folder: Path, recorded: list[str], flags: list[str], how: str) -> None:
+    """Stop, naming the flags that differ, if the run in ``folder`` was ``how`` ("trained", "started") with other
+    flags than ``flags`` (`CHECKPOINT_FLAGS` aside)."""
+    then, now = flag_values(recorded), flag_values(flags)
+    differing = sorted(
+        flag for flag in then.keys() | now.keys() if flag not in CHECKPOINT_FLAGS and then.get(flag) != now.get(flag)
+    )
+    if differing:
+        details = "; ".join(
+            f"{flag}: {then.get(flag, 'not given')} then, {now.get(flag, 'not given')} now" for flag in differing
+        )
+        sys.exit(f"{folder} was {how} with other flags ({details}): use another --output_dir, or move that run")
+
+
 def check_reusable(folder: Path, flags: list[str]) -> bool:
     """Whether the finished run in ``folder`` was trained with ``flags``; stops, naming the flags that differ, if it
     was not. ``False`` for a run trained before runs kept their flags (it is reused, and counted as such)."""
     record = folder / RUN_RECORD
     if not record.exists():
         return False
-    recorded, wanted = flag_values(json.loads(record.read_text())["flags"]), flag_values(flags)
-    differing = sorted(flag for flag in recorded.keys() | wanted.keys() if recorded.get(flag) != wanted.get(flag))
-    if differing:
-        details = "; ".join(
-            f"{flag}: {recorded.get(flag, 'not given')} then, {wanted.get(flag, 'not given')} now"
-            for flag in differing
-        )
-        sys.exit(f"{folder} was trained with other flags ({details}): use another --output_dir, or move that run")
+    stop_if_flags_differ(folder, json.loads(record.read_text())["flags"], flags, "trained")
     return True
+
+
+def started_flags(folder: Path, log: Path) -> list[str] | None:
+    """The flags of the last `hf-entmax train` command `run` logged for ``folder`` (None if there is none)."""
+    command = "$ hf-entmax train "
+    lines = [
+        shlex.split(line.removeprefix(command)) for line in log.read_text().splitlines() if line.startswith(command)
+    ]
+    started = [words[:-2] for words in lines if words[-2:] == ["--output_dir", str(folder)]]
+    return started[-1] if started else None
+
+
+def train(flags: list[str], folder: Path, save_steps: int, log: Path) -> None:
+    """Train one run into ``folder`` with ``flags``, from its last checkpoint if an earlier try left one; record
+    the flags, and remove the checkpoints once it finished."""
+    saving = ["--save_strategy", "steps", "--save_steps", str(save_steps), "--save_total_limit", "1"]
+    checkpoint = last_complete_checkpoint(folder) if folder.is_dir() else None
+    if checkpoint is not None:
+        started = started_flags(folder, log) if log.exists() else None
+        if started is None:
+            sys.exit(f"{folder} holds {checkpoint.name} but {log} has no command that started it: move that run")
+        stop_if_flags_differ(folder, started, flags, "started")
+        print(f"resuming {folder} from {checkpoint.name}")
+        saving += ["--resume_from_checkpoint", "true"]
+    run(["hf-entmax", "train", *flags, *saving, "--output_dir", str(folder)], log)
+    (folder / RUN_RECORD).write_text(json.dumps({"flags": flags}, indent=1))
+    for finished_checkpoint in folder.glob("checkpoint-*"):
+        shutil.rmtree(finished_checkpoint)
 
 
 def paired_table(results: dict[tuple[str, str], list[dict]], baseline: str) -> list[str]:
@@ -137,6 +180,9 @@ def main() -> None:
     parser.add_argument("--max_steps", type=int, default=1200)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--join", type=int, default=1, help="sentences joined into one input line (1: the corpus)")
+    parser.add_argument(
+        "--save_steps", type=int, default=500, help="steps between the checkpoints a stopped run resumes from"
+    )
     parser.add_argument("--extra", default="", help="flags added to every run (e.g. for a quick check of the script)")
     parser.add_argument(
         "--finished_only",
@@ -156,6 +202,8 @@ def main() -> None:
         sys.exit(f"unknown variants {unknown}: define them with --variant NAME=FLAGS")
     if arguments.join < 1:
         sys.exit(f"--join must be 1 or more sentences per line, got {arguments.join}")
+    if arguments.save_steps < 1:
+        sys.exit(f"--save_steps must be 1 or more steps, got {arguments.save_steps}")
     malformed = [direction for direction in arguments.directions if not re.fullmatch(r"[^-]+-[^-]+", direction)]
     if malformed:
         sys.exit(f"--directions: {malformed} are not SOURCE-TARGET language pairs (e.g. de-en)")
@@ -183,7 +231,7 @@ def main() -> None:
                 folder = out / f"{arguments.max_steps}-steps" / corpus / name / f"seed{seed}"
                 flags = [*data["pair"], *data["train"], *data["evaluation"], "--max_steps", str(arguments.max_steps)]
                 flags += ["--per_device_train_batch_size", str(arguments.batch_size), "--seed", str(seed)]
-                flags += ["--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "True"]
+                flags += ["--report_to", "none", "--disable_tqdm", "True"]
                 flags += [*variants[name], *shlex.split(arguments.extra)]
                 if (folder / "training_summary.json").exists():
                     if not check_reusable(folder, flags):
@@ -192,8 +240,7 @@ def main() -> None:
                     print(f"not finished, left out: {folder}")
                     continue
                 else:
-                    run(["hf-entmax", "train", *flags, "--output_dir", str(folder)], out / "commands.log")
-                    (folder / RUN_RECORD).write_text(json.dumps({"flags": flags}, indent=1))
+                    train(flags, folder, arguments.save_steps, out / "commands.log")
                 results.setdefault((corpus, name), []).append({"seed": seed, **scores(folder)})
     if unrecorded:
         print(f"reused without a record of their flags (trained before runs kept one): {', '.join(unrecorded)}")

@@ -63,7 +63,10 @@ def run(command: list[str], log: Path) -> None:
     with log.open("a") as handle:
         handle.write(f"$ {shlex.join(command)}\n")
         handle.flush()
-        completed = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT)
+        try:
+            completed = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT)
+        except KeyboardInterrupt:
+            sys.exit(f"stopped (Ctrl-C): {shlex.join(command)}; see {log}")
     if completed.returncode != 0:
         sys.exit(f"failed ({completed.returncode}): {shlex.join(command)}; see {log}")
 

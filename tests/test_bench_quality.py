@@ -8,17 +8,26 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from hf_entmax.training.synthetic import generate_pairs
 
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from bench_quality import RUN_RECORD  # noqa: E402
+
+
 TINY = (
     "--model_size tiny --vocab_size 200 --generation_max_length 8 --max_source_length 32 --max_target_length 32 "
     "--max_eval_samples 4 --max_predict_samples 4"
@@ -144,3 +153,57 @@ def test_paired_table_gives_the_mean_difference_and_its_standard_error(monkeypat
         "| de-en | adaptive | 3 | +0.33 ± 0.44 | +0.50, -0.50, +1.00 | +0.33 ± 0.33 | +0.00, +1.00, +0.00 |" in lines
     )
     assert paired_table({("de-en", "adaptive"): results[("de-en", "adaptive")]}, "softmax") == []
+
+
+def stop_after_first_checkpoint(arguments: list[str], cwd: Path, run: Path) -> subprocess.CompletedProcess:
+    """Start the benchmark and press Ctrl-C (SIGINT to its process group) once ``run`` holds a complete checkpoint."""
+    environment = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    command = [sys.executable, str(BENCHMARKS / "bench_quality.py"), *arguments]
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    while process.poll() is None and not list(run.glob("checkpoint-*/trainer_state.json")):
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint_and_learns_what_an_unstopped_one_does(tmp_path):
+    write_corpus(tmp_path / "my-corpus")
+    arguments = [*documented_command(), "--variants", "adaptive", "--seeds", "0", "--max_steps", "20"]
+    arguments += ["--batch_size", "8", "--save_steps", "2", "--extra", TINY]
+    run = tmp_path / "out" / "20-steps" / "ja-en" / "adaptive" / "seed0"
+
+    stopped = stop_after_first_checkpoint([*arguments, "--output_dir", "out"], tmp_path, run)
+    assert stopped.returncode == 1, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1].startswith("stopped (Ctrl-C): hf-entmax train ")
+    assert not (run / "training_summary.json").exists()
+
+    changed = [*arguments[:-1], TINY + " --learning_rate 3e-4", "--output_dir", "out"]
+    refused = bench_quality(*changed, cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "seed0 was started with other flags (--learning_rate: not given then, 3e-4 now)" in refused.stderr
+
+    resumed = bench_quality(*arguments, "--output_dir", "out", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    assert "resuming out/20-steps/ja-en/adaptive/seed0 from checkpoint-" in resumed.stdout
+    commands = [line for line in (tmp_path / "out" / "commands.log").read_text().splitlines() if line.startswith("$")]
+    assert commands[-1].endswith("--resume_from_checkpoint true --output_dir out/20-steps/ja-en/adaptive/seed0")
+    assert json.loads((run / "training_summary.json").read_text())["global_step"] == 20
+    assert not list(run.glob("checkpoint-*"))
+
+    unstopped = bench_quality(*arguments, "--output_dir", "unstopped", cwd=tmp_path)
+    assert unstopped.returncode == 0, unstopped.stderr
+    other = tmp_path / "unstopped" / "20-steps" / "ja-en" / "adaptive" / "seed0"
+    assert json.loads((other / RUN_RECORD).read_text()) == json.loads((run / RUN_RECORD).read_text())
+    weights, other_weights = load_file(run / "model.safetensors"), load_file(other / "model.safetensors")
+    assert weights.keys() == other_weights.keys()
+    for name, tensor in weights.items():
+        assert torch.equal(tensor, other_weights[name]), name
