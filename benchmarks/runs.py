@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from hf_entmax.cli import EXIT_INTERRUPTED
+
 
 MULTI30K_TEST = "test_2016_flickr"
 # The file names (before `.<language>`) of Multi30k's training, validation and test splits.
@@ -66,7 +68,8 @@ def run(command: list[str], log: Path) -> None:
         try:
             completed = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT)
         except KeyboardInterrupt:
-            sys.exit(f"stopped (Ctrl-C): {shlex.join(command)}; see {log}")
+            print(f"stopped (Ctrl-C): {shlex.join(command)}; see {log}", file=sys.stderr)
+            sys.exit(EXIT_INTERRUPTED)
     if completed.returncode != 0:
         sys.exit(f"failed ({completed.returncode}): {shlex.join(command)}; see {log}")
 

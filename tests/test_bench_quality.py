@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from hf_entmax.cli import EXIT_INTERRUPTED
 from hf_entmax.training.synthetic import generate_pairs
 
 
@@ -182,7 +183,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint_and_learns_what_an_unstopped_
     run = tmp_path / "out" / "20-steps" / "ja-en" / "adaptive" / "seed0"
 
     stopped = stop_after_first_checkpoint([*arguments, "--output_dir", "out"], tmp_path, run)
-    assert stopped.returncode == 1, stopped.stderr
+    assert stopped.returncode == EXIT_INTERRUPTED, stopped.stderr
     assert stopped.stderr.strip().splitlines()[-1].startswith("stopped (Ctrl-C): hf-entmax train ")
     assert not (run / "training_summary.json").exists()
 
