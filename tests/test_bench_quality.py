@@ -208,3 +208,17 @@ def test_a_stopped_run_resumes_from_its_checkpoint_and_learns_what_an_unstopped_
     assert weights.keys() == other_weights.keys()
     for name, tensor in weights.items():
         assert torch.equal(tensor, other_weights[name]), name
+
+
+def test_a_checkpoint_that_no_logged_command_started_is_not_resumed(tmp_path):
+    write_corpus(tmp_path / "my-corpus")
+    run = tmp_path / "out" / "20-steps" / "ja-en" / "softmax" / "seed0"
+    (run / "checkpoint-2").mkdir(parents=True)
+    (run / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    arguments = [*documented_command(), "--variants", "softmax", "--seeds", "0", "--max_steps", "20"]
+    completed = bench_quality(*arguments, "--output_dir", "out", "--extra", TINY, cwd=tmp_path)
+    assert completed.returncode == 1
+    assert completed.stderr.strip() == (
+        "out/20-steps/ja-en/softmax/seed0 holds checkpoint-2 but out/commands.log has no command that started it: "
+        "move that run"
+    )
