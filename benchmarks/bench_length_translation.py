@@ -18,9 +18,9 @@
    and every ``--document_context`` N (1: sentences only, the default; N > 1: `hf-entmax train --document_context
    N`, which adds examples of 2 … N consecutive training pairs joined); a run's name adds ``+POSITIONS`` and
    ``+docN`` to the variant's where they are not the defaults. Runs already finished in ``--runs_dir`` are read, not
-   repeated; the default is bench_quality's own folder, so its softmax and adaptive runs of the same steps and seeds
-   serve both benchmarks. A reused run is checked: its attention settings, steps, batch size and seed must be this
-   benchmark's.
+   repeated, and a run stopped before it finished resumes from its last checkpoint (bench_quality's); the default is
+   bench_quality's own folder, so its softmax and adaptive runs of the same steps and seeds serve both benchmarks. A
+   reused run is checked: its attention settings, steps, batch size and seed must be this benchmark's.
 2. Longer inputs. The test set (`test_2016_flickr`, 1,000 sentences) is cut into consecutive groups of k sentences
    (k in ``--joins``; a last incomplete group is left out); each group's sources joined with a space make one input
    line, its references joined likewise the reference. k = 1 is the ordinary test set.
