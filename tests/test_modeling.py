@@ -1,4 +1,6 @@
 import json
+import os
+import stat
 
 import pytest
 import torch
@@ -408,6 +410,29 @@ def test_bare_from_pretrained_restores_entmax_attention(tmp_path, batch):
     torch.testing.assert_close(out.logits, model(**batch).logits, rtol=0, atol=0)
     assert (out.encoder_attentions[0][0] == 0).any()
     torch.testing.assert_close(reloaded.get_alphas()["cross"], model.get_alphas()["cross"])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_saved_weights_get_the_mode_of_the_folders_other_files(tmp_path):
+    # safetensors 0.8 alone writes them private (0600): other users could read the config but not the weights.
+    model = tiny_model()
+    umask = os.umask(0o022)
+    try:
+        model.save_pretrained(tmp_path / "whole")
+        model.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    finally:
+        os.umask(umask)
+    for folder, files in (("whole", 1), ("sharded", 2)):
+        weights = sorted((tmp_path / folder).glob("*.safetensors"))
+        assert len(weights) >= files
+        modes = {
+            path.name: stat.S_IMODE(path.stat().st_mode) for path in [tmp_path / folder / "config.json", *weights]
+        }
+        assert set(modes.values()) == {0o644}, modes
+    # Saved again over a file the user made private to a group: it keeps that mode, as a plain write would.
+    (tmp_path / "whole" / "model.safetensors").chmod(0o640)
+    model.save_pretrained(tmp_path / "whole")
+    assert stat.S_IMODE((tmp_path / "whole" / "model.safetensors").stat().st_mode) == 0o640
 
 
 def test_converting_marian_weights_initialises_missing_alpha_logits(tmp_path):

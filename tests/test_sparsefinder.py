@@ -3,6 +3,8 @@
 
 import json
 import math
+import os
+import stat
 
 import pytest
 import torch
@@ -367,6 +369,25 @@ def test_the_position_term_learns_a_local_head_whose_queries_and_keys_carry_no_p
         assert (projections.position is not None) == position_term
         results[position_term] = recall(projections)
     assert results[True] > 0.95 and results[False] < 0.6, results
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_the_predictor_file_is_readable_like_the_model_and_saves_over_the_file_it_came_from(tmp_path):
+    path = tmp_path / PREDICTOR_FILE
+    predictor = random_predictor(tiny_model())
+    umask = os.umask(0o022)
+    try:
+        predictor.save(path)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not safetensors 0.8's private 0600
+    # The loaded tensors map the file: saving them back over it must not read a truncated file.
+    SparsefinderPredictor.load(path).save(path)
+    reloaded = SparsefinderPredictor.load(path)
+    for kind, layers in predictor.layers.items():
+        for ours, theirs in zip(layers, reloaded.layers[kind], strict=True):
+            assert torch.equal(ours.query, theirs.query) and torch.equal(ours.key, theirs.key)
+            assert torch.equal(ours.quantiles, theirs.quantiles) and torch.equal(ours.position, theirs.position)
 
 
 def test_the_predictor_saves_loads_and_runs_in_a_folder_loaded_without_hf_entmax_code(tokenizer, tmp_path, batch):

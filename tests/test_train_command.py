@@ -79,6 +79,8 @@ def test_train_on_local_files_writes_a_complete_self_contained_folder(tmp_path, 
     ):
         assert name in files
     assert not [name for name in files if name.endswith((".bin", ".pt", ".pkl"))], files
+    # Whoever can read the folder can read the weights (safetensors 0.8 alone writes them private).
+    assert (output / "model.safetensors").stat().st_mode == (output / "config.json").stat().st_mode
     card = ModelCard.load(output / "README.md")
     assert card.data.language == ["en", "syn"]
     assert card.data.pipeline_tag == "translation"

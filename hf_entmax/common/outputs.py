@@ -25,6 +25,7 @@ from filelock import FileLock, Timeout
 from safetensors import SafetensorError
 
 from ..errors import HfEntmaxError, HfEntmaxValueError, HfEntmaxWriteError, describe_os_error, one_line
+from ..modeling.modeling_adaptive_entmax_marian import plain_file_mode
 from .records import framework_versions
 
 
@@ -194,13 +195,6 @@ def claimed_output_folder(
         lock.release()
 
 
-def _new_file_mode() -> int:
-    """The mode ``open(path, "w")`` gives a new file: 0666 less the process' umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def make_folder(folder: Path, where: str) -> None:
     """Create ``folder`` and its parents (nothing if it exists).
 
@@ -323,7 +317,7 @@ def line_output(path: Path, flag: str | None = None) -> Iterator[OutputFile]:
                 raise OSError(error.errno, error.strerror, str(path.parent)) from None
             # mkstemp makes the file private (0600); the output gets the mode a plain open would give it, or keeps
             # the one of the file it replaces.
-            os.fchmod(handle, stat.S_IMODE(path.stat().st_mode) if path.exists() else _new_file_mode())
+            os.fchmod(handle, stat.S_IMODE(path.stat().st_mode) if path.exists() else plain_file_mode())
             file = os.fdopen(handle, "w", encoding="utf-8")
     except OSError as error:
         raise HfEntmaxWriteError(f"{where}: cannot write there ({describe_os_error(error)})") from None

@@ -25,6 +25,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import sys
 from dataclasses import dataclass, fields
 
@@ -895,7 +896,16 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
                 "AutoConfig": _class_reference(AdaptiveEntmaxMarianConfig),
                 "AutoModelForCausalLM": _class_reference(AdaptiveEntmaxMarianForCausalLM),
             }
+        weights_before = _safetensors_files(save_directory)
         super().save_pretrained(save_directory, *args, **kwargs)
+        # safetensors 0.8 writes through a private temporary file (mode 0600, safetensors#782): the weights would be
+        # unreadable to the users who can read the rest of the folder. Each file written now gets the mode a plain
+        # write gives it: the replaced file's, or a new file's under the umask.
+        for name, written in _safetensors_files(save_directory).items():
+            before = weights_before.get(name)
+            if before is None or before.st_ino != written.st_ino:
+                mode = plain_file_mode() if before is None else stat.S_IMODE(before.st_mode)
+                os.chmod(os.path.join(save_directory, name), mode)
 
     def set_predicted_sparsity(
         self,
@@ -1245,6 +1255,19 @@ class AdaptiveEntmaxMarianForCausalLM(AdaptiveEntmaxMarianPreTrainedModel, Gener
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+
+def plain_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: 0666 less the process' umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _safetensors_files(folder: str | os.PathLike) -> dict[str, os.stat_result]:
+    """``{name: stat}`` of the ``*.safetensors`` files directly in ``folder``."""
+    with os.scandir(folder) as entries:
+        return {entry.name: entry.stat() for entry in entries if entry.name.endswith(".safetensors")}
 
 
 def _class_reference(cls: type) -> str:

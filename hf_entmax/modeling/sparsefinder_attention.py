@@ -36,7 +36,8 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from transformers.utils import cached_file
 
 from .configuration_adaptive_entmax_marian import ATTENTION_TYPES
@@ -241,7 +242,12 @@ class SparsefinderPredictor:
                     tensors[f"{prefix}.centroids.{clusters}"] = centroids.detach().float().cpu().contiguous()
                 if layer.position is not None:
                     tensors[f"{prefix}.position"] = layer.position.detach().float().cpu().contiguous()
-        save_file(tensors, str(path), metadata={"format": PREDICTOR_FORMAT, "metadata": json.dumps(self.metadata)})
+        # Serialized first, then written as a plain file: the file gets the umask's mode (safetensors 0.8's save_file
+        # makes it private, safetensors#782), and tensors read from the same file are copied before it is truncated.
+        metadata = {"format": PREDICTOR_FORMAT, "metadata": json.dumps(self.metadata)}
+        serialized = safetensors_bytes(tensors, metadata=metadata)
+        with open(path, "wb") as file:
+            file.write(serialized)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "SparsefinderPredictor":
