@@ -3,6 +3,9 @@ local files (an empty pair ends a document) and from datasets (a column of docum
 
 import json
 import logging
+import re
+import shlex
+from pathlib import Path
 
 import datasets
 import pytest
@@ -224,3 +227,33 @@ def test_train_with_document_context_trains_on_the_joined_examples(tmp_path, cap
     assert capsys.readouterr().err.strip().endswith("--document_column applies to --dataset_name; in local files "
                                                     "the line order is the document order and an empty pair (an "
                                                     "empty line in both files) ends a document")  # fmt: skip
+
+
+def recipe_commands() -> list[list[str]]:
+    """The `hf-entmax` command lines of docs/translate.md's recipe for documents (continuations joined)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "translate.md").read_text(encoding="utf-8")
+    section = text.split("## Documents and paragraphs", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.DOTALL).group(1)
+    return [shlex.split(line)[1:] for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_the_documented_recipe_for_documents_trains_and_translates_paragraphs(tmp_path, monkeypatch, capsys):
+    # Two documents, as the recipe's files hold them (an empty line in both ends a document), with de/en names.
+    documents = [[(f"a{i}.", f"A{i}.") for i in range(6)], [(f"b{i}.", f"B{i}.") for i in range(6)]]
+    for name, written in zip(("train.de", "train.en"), write_documents(tmp_path, documents), strict=True):
+        Path(written).rename(tmp_path / name)
+    (tmp_path / "document.de").write_text("a1.\na2.\na3.\na4.\n\nb1.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    train, translate = recipe_commands()
+    assert train[0] == "train" and translate[0] == "translate"
+    assert main([*train, *QUICK, "--model_size", "tiny", "--vocab_size", "40"]) == 0, capsys.readouterr().err
+    summary = json.loads((tmp_path / "my-de-en-doc" / "training_summary.json").read_text())
+    assert summary["preprocessing"]["document_context"]["max_sentences"] == 3
+    config = json.loads((tmp_path / "my-de-en-doc" / "config.json").read_text())
+    assert (config["position_embedding_type"], config["cross_attention_positions"]) == ("rope", "nape")
+    assert config["attention_scaling"] == "none"
+    assert main([*translate, "--max_new_tokens", "6", "--no-progress"]) == 0, capsys.readouterr().err
+    # One line per paragraph, the empty line between them kept.
+    lines = (tmp_path / "document.en").read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
