@@ -10,7 +10,8 @@
    pairs, and only the flags that define the variant: `softmax` (α = 1 fixed), `adaptive` (learned α and
    softmax-matched queries, the defaults) and `adaptive-unscaled` (learned α, no query scaling: the paper's model)
    as bench_quality defines them, and `asentmax` = `adaptive` with ``--attention_scaling asentmax`` in place of the
-   softmax-matched queries. Each variant is trained with every
+   softmax-matched queries, and `sparsemax-cross` = `adaptive-unscaled` with α = 2 fixed in cross-attention
+   (sparsemax there: the sparsest source attention, for Sparsefinder). Each variant is trained with every
    ``--positions`` (`POSITIONS`: sinusoidal, the default; rope; nape; nape-split and alibi-split, ALiBi's encoder
    heads given one side each; and with a position term in cross-attention, ``-cross`` the same as self-attention's,
    ``-cross-nape`` NAPE's distance penalty, ``-cross-alibi`` ALiBi's on every head with its smaller slopes:
@@ -111,6 +112,14 @@ VARIANTS = {
     "adaptive": QUALITY_VARIANTS["adaptive"],
     "asentmax": [*QUALITY_VARIANTS["adaptive"], "--attention_scaling", "asentmax"],
     "adaptive-unscaled": QUALITY_VARIANTS["adaptive-unscaled"],
+    # The paper's model with sparsemax cross-attention: the sparsest source attention, where Sparsefinder should pay.
+    "sparsemax-cross": [
+        *QUALITY_VARIANTS["adaptive-unscaled"],
+        "--cross_learn_alpha",
+        "False",
+        "--cross_alpha_init",
+        "2",
+    ],
 }
 # What each variant's saved config.json must say, so that a reused run is the variant it is taken for.
 EXPECTED_CONFIG = {
@@ -118,6 +127,12 @@ EXPECTED_CONFIG = {
     "adaptive": {"learn_alpha": True, "attention_scaling": "softmax_matched"},
     "asentmax": {"learn_alpha": True, "attention_scaling": "asentmax"},
     "adaptive-unscaled": {"learn_alpha": True, "attention_scaling": "none"},
+    "sparsemax-cross": {
+        "learn_alpha": True,
+        "attention_scaling": "none",
+        "cross_learn_alpha": False,
+        "cross_alpha_init": 2.0,
+    },
 }
 
 
@@ -471,7 +486,7 @@ def main() -> None:
         "--runs_dir", default="benchmarks/outputs/quality", help="where the training runs are (bench_quality's layout)"
     )
     parser.add_argument("--direction", default="de-en", help="source-target, e.g. de-en")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["softmax", "adaptive", "asentmax"])
     parser.add_argument("--positions", nargs="+", choices=list(POSITIONS), default=["sinusoidal"])
     parser.add_argument(
         "--document_context",

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+import torch
 from test_bench_quality import TINY
 
+from hf_entmax import AdaptiveEntmaxMarianMTModel
 from hf_entmax.training.synthetic import generate_pairs
 
 
@@ -88,10 +90,11 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
 def test_lines_per_input_translates_each_group_as_a_paragraph_a_few_lines_at_a_time(tmp_path):
     """--lines_per_input 1: each group of k = 2 test sentences is translated one line at a time, so its output line is
     the two k = 1 translations joined, and it is scored against the group's joined references. The model is the
-    paper's (adaptive-unscaled: learned α, no query scaling)."""
+    paper's (adaptive-unscaled: learned α, no query scaling); beside it, the same with sparsemax cross-attention."""
     write_multi30k_like_corpus(tmp_path / "corpus")
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_length_translation.py"), "--data_dir", "corpus"]
-    command += ["--direction", "ja-en", "--variants", "adaptive-unscaled", "--seeds", "0", "--max_steps", "2"]
+    command += ["--direction", "ja-en", "--variants", "adaptive-unscaled", "sparsemax-cross"]
+    command += ["--seeds", "0", "--max_steps", "2"]
     command += ["--batch_size", "8", "--joins", "1", "2", "--test_sentences", "4", "--max_new_tokens_per_join", "4"]
     command += ["--lines_per_input", "1", "--runs_dir", "runs", "--output_dir", "out", "--extra", TINY]
     environment = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -102,6 +105,13 @@ def test_lines_per_input_translates_each_group_as_a_paragraph_a_few_lines_at_a_t
         (tmp_path / "runs" / "2-steps" / "ja-en" / "adaptive-unscaled" / "seed0" / "config.json").read_text()
     )
     assert (config["learn_alpha"], config["attention_scaling"]) == (True, "none")
+    sparsemax_cross = AdaptiveEntmaxMarianMTModel.from_pretrained(
+        tmp_path / "runs" / "2-steps" / "ja-en" / "sparsemax-cross" / "seed0"
+    )
+    assert sparsemax_cross.config.attention_scaling == "none"
+    alphas = sparsemax_cross.get_alphas()
+    assert torch.equal(alphas["cross"], torch.full_like(alphas["cross"], 2.0))
+    assert (sparsemax_cross.config.learn_alpha, sparsemax_cross.config.cross_learn_alpha) == (True, False)
     translations = (
         tmp_path / "out" / "translations" / "2-steps" / "ja-en" / "adaptive-unscaled" / "seed0" / "4-sentences"
     )
@@ -114,7 +124,8 @@ def test_lines_per_input_translates_each_group_as_a_paragraph_a_few_lines_at_a_t
     expected = sacrebleu.corpus_bleu(pairs, [[f"{references[0]} {references[1]}", f"{references[2]} {references[3]}"]])
     assert scores["bleu"] == pytest.approx(expected.score)
     rows = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| 2 | 2 |")]
-    assert len(rows) == 1 and "--lines_per_input 1" in completed.stdout
+    assert [row[3] for row in rows] == ["adaptive-unscaled", "sparsemax-cross"]
+    assert "--lines_per_input 1" in completed.stdout
 
 
 def test_outputs_are_measured_in_words_and_sentences_against_the_references(tmp_path):
