@@ -43,7 +43,8 @@
    inputs, the next ``--sparsefinder_heldout`` held out; its distance method only) and chooses, per attention type,
    the sparsest point with held-out recall ≥ ``--sparsefinder_target_recall`` (0.95) and mass kept ≥
    ``--sparsefinder_target_mass`` (0: any); the test inputs of every k ≥ K are then translated twice more,
-   with full attention and with attention restricted to the predicted graphs (as `translate --sparsefinder` does),
+   with full attention and with attention restricted to the predicted graphs (as `translate --sparsefinder` does)
+   of the attention types in ``--sparsefinder_types`` (all three by default; the others attend over every key),
    in one process with the model loaded once, each timed. A second table (``table:length-translation-sparsefinder``)
    gives each type's chosen point, its held-out sparsity, recall and mass kept, and BLEU and time of restricted
    against full translation.
@@ -78,7 +79,7 @@ from tables import measured_command, write_tables
 from hf_entmax import AdaptiveEntmaxMarianConfig
 from hf_entmax.commands.translate import load_translation_model, translate_lines, use_operating_point
 from hf_entmax.common.model_folder import load_tokenizer
-from hf_entmax.modeling.configuration_adaptive_entmax_marian import position_limit
+from hf_entmax.modeling.configuration_adaptive_entmax_marian import ATTENTION_TYPES, position_limit
 from hf_entmax.modeling.sentence_ends import count_sentence_ends
 from hf_entmax.training.metrics import corpus_scores
 
@@ -350,6 +351,8 @@ def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.
     attention = json.loads(report.read_text())["attention"]
     points = {}
     for kind, result in attention.items():
+        if kind not in arguments.sparsefinder_types:
+            continue
         spec = result["chosen"]["distance"]
         score = next(point for point in result["points"] if point["point"] == spec)
         points[kind] = (spec, score["sparsity"], score["recall"], score.get("mass"))  # reports before mass: None
@@ -386,6 +389,9 @@ def timed_translations(folder: Path, k: int, files: dict, predictor: dict, argum
 def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Namespace) -> str:
     """Per k ≥ K, run and seed: the chosen point of each attention type with its held-out sparsity, recall and mass
     kept, and restricted against full translation (BLEU, wall time)."""
+    restricted_types = ", ".join(arguments.sparsefinder_types)
+    if set(arguments.sparsefinder_types) != set(ATTENTION_TYPES):
+        restricted_types += " only"
     lines = [
         "| k | model | seed | chosen points (held-out sparsity / recall / mass kept) | BLEU full | BLEU restricted | "
         "time restricted / full |",
@@ -406,8 +412,9 @@ def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Name
         f"Predictors trained on `val` joined {arguments.sparsefinder_k} sentences at a time "
         f"({arguments.sparsefinder_train} inputs, {arguments.sparsefinder_heldout} held out); per attention type the "
         f"sparsest distance point with held-out recall ≥ {arguments.sparsefinder_target_recall:g} and mass kept ≥ "
-        f"{arguments.sparsefinder_target_mass:g}. Times: the translation alone (beam 4, batches as "
-        "`hf-entmax translate` makes them, the model loaded once), full and restricted in turn in one process.",
+        f"{arguments.sparsefinder_target_mass:g}; restricted attention in {restricted_types}. Times: the translation "
+        "alone (beam 4, batches as `hf-entmax translate` makes them, the model loaded once), full and restricted in "
+        "turn in one process.",
     ]
     return "\n".join(lines)
 
@@ -536,6 +543,13 @@ def main() -> None:
         type=float,
         default=SPARSEFINDER_TARGETS[1],
         help="the chosen points' least held-out mass kept",
+    )
+    parser.add_argument(
+        "--sparsefinder_types",
+        nargs="+",
+        choices=ATTENTION_TYPES,
+        default=list(ATTENTION_TYPES),
+        help="the attention types restricted to their predicted graphs (the others attend over every key)",
     )
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     arguments = parser.parse_args()
