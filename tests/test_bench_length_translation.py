@@ -152,33 +152,48 @@ def test_outputs_are_measured_in_words_and_sentences_against_the_references(tmp_
     assert metrics["bleu"] == 30.0 and metrics["sentence_ratio"] == pytest.approx(5 / 5)
 
 
-def test_sparsefinder_types_restrict_only_the_types_named(tmp_path):
-    """With --sparsefinder_types cross, restricted translation uses cross-attention's chosen point only (the others
-    attend over every key), and the table says so; the predictor's report is read, not made again."""
+def test_sparsefinder_types_restrict_only_the_types_named_at_the_sparsest_point_reaching_the_targets(tmp_path):
+    """With --sparsefinder_types cross decoder_self, restricted translation uses those types' chosen points only (the
+    other attends over every key), and the table says so: of the distance and nearest methods' chosen points, the
+    sparsest that reaches the recall target. The predictor's report is read, not made again."""
     arguments = argparse.Namespace(
         sparsefinder_k=8,
         sparsefinder_target_recall=0.95,
         sparsefinder_target_mass=0.0,
         sparsefinder_train=80,
         sparsefinder_heldout=40,
-        sparsefinder_types=["cross"],
+        sparsefinder_types=["decoder_self", "cross"],
         output_dir=str(tmp_path),
     )
     report = tmp_path / "sparsefinder" / "run" / "seed0" / "val-k8" / "report.json"
     report.parent.mkdir(parents=True)
+    # (sparsity, recall) of each method's chosen point: in cross-attention the nearest point is sparser and reaches
+    # the target, in decoder self-attention it is sparser but misses it.
+    chosen = {
+        "encoder_self": {"distance": (0.5, 0.96), "nearest": (0.6, 0.97)},
+        "decoder_self": {"distance": (0.3, 0.95), "nearest": (0.7, 0.90)},
+        "cross": {"distance": (0.4, 0.96), "nearest": (0.9, 0.96)},
+    }
     attention = {
         kind: {
-            "chosen": {"distance": f"distance:threshold={threshold}"},
-            "points": [{"point": f"distance:threshold={threshold}", "sparsity": 0.9, "recall": 0.96, "mass": 0.99}],
+            "chosen": {method: f"{method}:{index}" for index, method in enumerate(points)},
+            "points": [
+                {"point": f"{method}:{index}", "sparsity": sparsity, "recall": recall, "mass": 0.99}
+                for index, (method, (sparsity, recall)) in enumerate(points.items())
+            ],
         }
-        for kind, threshold in (("encoder_self", 2), ("decoder_self", 3), ("cross", 4))
+        for kind, points in chosen.items()
     }
     report.write_text(json.dumps({"attention": attention}))
 
     predictor = bench.train_predictor(tmp_path / "no-model", "run", 0, arguments)
-    assert predictor["points"] == {"cross": ("distance:threshold=4", 0.9, 0.96, 0.99)}
+    assert predictor["points"] == {
+        "decoder_self": ("distance:0", 0.3, 0.95, 0.99),
+        "cross": ("nearest:1", 0.9, 0.96, 0.99),
+    }
     full, restricted = {"bleu": 20.0, "seconds": 2.0}, {"bleu": 19.5, "seconds": 1.5}
     timings = {("run", 0, 8): {"full": full, "restricted": restricted}}
     markdown = bench.sparsefinder_table(timings, {("run", 0): predictor}, arguments)
-    assert "| 8 | run | 0 | cross `distance:threshold=4` (90% / 96% / 99.0%) | 20.00 | 19.50 | 0.75 |" in markdown
-    assert "restricted attention in cross only" in markdown
+    row = "| 8 | run | 0 | decoder_self `distance:0` (30% / 95% / 99.0%); cross `nearest:1` (90% / 96% / 99.0%) |"
+    assert f"{row} 20.00 | 19.50 | 0.75 |" in markdown
+    assert "restricted attention in decoder_self, cross only" in markdown

@@ -23,6 +23,7 @@ from hf_entmax.modeling.sparsefinder_attention import (
     SparsefinderPredictor,
     bucket_edges,
     effective_graph,
+    nearest_graph,
 )
 from hf_entmax.sparsefinder import (
     AttentionBatch,
@@ -39,10 +40,20 @@ def test_operating_points_read_and_write_their_spec_and_refuse_bad_ones():
     point = OperatingPoint.parse("distance:threshold=1.5,window=2")
     assert point == OperatingPoint("distance", 1.5, 2)
     assert OperatingPoint.parse(point.spec()) == point
-    for spec in ("quantization:buckets=8", "clustering:clusters=4", "window:size=0", "distance:threshold=inf"):
+    specs = (
+        "nearest:keys=8",
+        "quantization:buckets=8",
+        "clustering:clusters=4",
+        "window:size=0",
+        "distance:threshold=inf",
+    )
+    for spec in specs:
         assert OperatingPoint.parse(spec).spec() == spec
     bad = {
-        "nearest:k=3": "unknown method 'nearest'",
+        "knn:k=3": "unknown method 'knn'",
+        "nearest:k=3": "'k=3' is not one of keys=…, window=…",
+        "nearest:keys=0": "must be an integer ≥ 1",
+        "nearest:keys=2.5": "not a number",
         "distance:threshold=-1": "must be a positive number",
         "distance:buckets=2": "'buckets=2' is not one of threshold=…, window=…",
         "quantization:buckets=two": "not a number",
@@ -98,6 +109,24 @@ def test_restricted_attention_is_exactly_zero_off_the_graph_and_a_query_with_no_
         torch.testing.assert_close(fallback.logits, full.logits, rtol=0, atol=0)
 
 
+def test_the_nearest_graph_keeps_each_querys_nearest_allowed_keys():
+    """Each query keeps its `keys` allowed keys of smallest distance, however near a key it may not attend to is, and
+    all of its allowed keys where it has no more than that."""
+    squared = torch.rand(2, 3, 5, 7, dtype=torch.float64)  # (B, H, Lq, Lk)
+    allowed = torch.rand(2, 1, 5, 7) < 0.6
+    allowed[0, 0, 0] = False
+    allowed[0, 0, 0, :2] = True  # a query with two allowed keys
+    squared[..., 6] = 0.0  # the nearest key of every query, allowed only where `allowed` says
+    graph = nearest_graph(squared, 3, allowed)
+    assert not (graph & ~allowed).any()
+    kept = graph.sum(-1)
+    assert torch.equal(kept, allowed.sum(-1).clamp(max=3).expand_as(kept))
+    outside = squared.masked_fill(graph | ~allowed, float("inf")).amin(-1)  # nearest allowed key left out
+    inside = squared.masked_fill(~graph, float("-inf")).amax(-1)  # farthest key kept
+    assert (inside <= outside).all()
+    assert torch.equal(nearest_graph(squared, 100), torch.ones_like(graph))
+
+
 def position_only_predictor(model) -> SparsefinderPredictor:
     """Projections that see nothing (zero) and a position term of 1 per head: the distance graph of threshold t is the
     pairs at most t² positions apart, in cross-attention too."""
@@ -109,7 +138,7 @@ def position_only_predictor(model) -> SparsefinderPredictor:
 
 
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
-@pytest.mark.parametrize("spec", ["window:size=1", "distance:threshold=1.5"])
+@pytest.mark.parametrize("spec", ["window:size=1", "distance:threshold=1.5", "nearest:keys=2"])
 def test_cached_generation_with_positions_in_the_graph_equals_uncached_teacher_forcing(
     batch, cache_implementation, spec
 ):
@@ -178,7 +207,7 @@ def test_a_static_cache_refilled_in_place_for_a_new_input_gets_that_inputs_proje
         assert torch.equal(ours, theirs)
 
 
-@pytest.mark.parametrize("spec", ["window:size=1", "distance:threshold=1.5"])
+@pytest.mark.parametrize("spec", ["window:size=1", "distance:threshold=1.5", "nearest:keys=2"])
 def test_left_padding_changes_nothing_in_restricted_decoder_only_generation(spec):
     """Batched generation of the decoder-only model pads on the left: a query's position is then its index among the
     keys, padding included (as ALiBi's distances count it), so a row's restricted logits and continuation are those
@@ -460,7 +489,7 @@ def test_command_writes_the_report_figures_and_predictor_and_translate_uses_an_o
                                 "heldout_sentences": 8}  # fmt: skip
     for kind, attention in report["attention"].items():
         assert 0.0 < attention["model_sparsity"] < 1.0
-        assert set(attention["chosen"]) == ({"distance", "quantization", "clustering"} | (
+        assert set(attention["chosen"]) == ({"distance", "nearest", "quantization", "clustering"} | (
             {"window"} if kind != "cross" else set()))  # fmt: skip
         for point in attention["points"]:
             assert 0.0 <= point["sparsity"] <= 1.0 and 0.0 <= point["recall"] <= 1.0 and point["pairs"] > 0

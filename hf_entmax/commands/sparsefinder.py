@@ -2,12 +2,13 @@
 the sparsity–recall trade-off of the predicted graphs per head, and what each operating point costs in translation.
 
 The first sentence pairs of --source_file/--target_file train the per-head projections (the rest, up to
---heldout_size, are held out); on the held-out pairs every method's knob is swept (distance threshold, quantization
-buckets, k-means clusters, window size) and each graph is scored by sparsity, recall of the true non-zero pairs and
-cost in query–key pairs. With --bleu (the default) the held-out sentences are translated with each chosen
-operating point and scored against the references, next to the full model. It writes report.json, report.md, the
-figures and sparsefinder.safetensors (the projections) into --output; --save_to_model also puts the projections in
-the model folder, where `hf-entmax translate --sparsefinder` and `model.set_predicted_sparsity` find them.
+--heldout_size, are held out); on the held-out pairs every method's knob is swept (distance threshold, nearest
+keys, quantization buckets, k-means clusters, window size) and each graph is scored by sparsity, recall of the true
+non-zero pairs and cost in query–key pairs. With --bleu (the default) the held-out sentences are translated with
+each chosen operating point and scored against the references, next to the full model. It writes report.json,
+report.md, the figures and sparsefinder.safetensors (the projections) into --output; --save_to_model also puts the
+projections in the model folder, where `hf-entmax translate --sparsefinder` and `model.set_predicted_sparsity` find
+them.
 """
 
 import argparse

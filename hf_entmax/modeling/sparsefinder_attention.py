@@ -9,6 +9,9 @@ projections:
   head times the distance ``|i − j|`` between query and key positions adds to the squared distance (the position
   term: what a query and a key carry says nothing of their distance in heads that get it from ALiBi's bias, NAPE's
   included, and little in any head, yet many heads attend locally);
+- ``nearest``: each query's ``keys`` nearest keys by that same distance, among those it may attend to: a graph of a
+  fixed size per query, where a threshold leaves the queries of a very sparse head (sparsemax's few keys) with no key
+  or with many (the first fall back to their full row);
 - ``quantization``: the pairs that fall in the same bucket in at least one projected dimension, each dimension cut
   into ``buckets`` equally populated buckets (quantiles of the training projections);
 - ``clustering``: the pairs whose projections have the same nearest k-means centroid (``clusters`` centroids);
@@ -16,7 +19,7 @@ projections:
   be added to any of the other three.
 
 An operating point is written ``METHOD:KNOB=VALUE[,window=W]``, e.g. ``distance:threshold=1.5,window=2``,
-``quantization:buckets=8``, ``clustering:clusters=4``, ``window:size=3``.
+``nearest:keys=8``, ``quantization:buckets=8``, ``clustering:clusters=4``, ``window:size=3``.
 
 Restricted attention is α-entmax over the predicted keys only: the other pairs are masked (their probability is
 exactly zero). A query whose predicted set holds none of the keys it may attend to falls back to all of them (its
@@ -46,10 +49,16 @@ from .entmax import is_masked
 
 PREDICTOR_FILE = "sparsefinder.safetensors"
 PREDICTOR_FORMAT = "hf_entmax.sparsefinder/1"
-METHODS = ("distance", "quantization", "clustering", "window")
+METHODS = ("distance", "nearest", "quantization", "clustering", "window")
 # The knob that sets each method's sparsity; "window" is the window's half-width.
-METHOD_KNOBS = {"distance": "threshold", "quantization": "buckets", "clustering": "clusters", "window": "size"}
-PROJECTION_METHODS = ("distance", "quantization", "clustering")
+METHOD_KNOBS = {
+    "distance": "threshold",
+    "nearest": "keys",
+    "quantization": "buckets",
+    "clustering": "clusters",
+    "window": "size",
+}
+PROJECTION_METHODS = ("distance", "nearest", "quantization", "clustering")
 # Query i and key j are positions of one sequence only here: a window means nothing in cross-attention.
 SELF_ATTENTION_TYPES = ("encoder_self", "decoder_self")
 # The stored quantile grid of each projected dimension: bucket edges for any number of buckets are read off it.
@@ -72,9 +81,9 @@ class OperatingPoint:
 
     Attributes:
         method: One of `METHODS`.
-        knob: ``threshold`` (distance, > 0, ``inf`` for all pairs), ``buckets`` (quantization, 1 to `MAX_BUCKETS`),
-            ``clusters`` (clustering, ≥ 1) or the window's ``size`` (window, ≥ 0; a window at least as wide as the
-            input keeps every pair).
+        knob: ``threshold`` (distance, > 0, ``inf`` for all pairs), ``keys`` (nearest, ≥ 1), ``buckets``
+            (quantization, 1 to `MAX_BUCKETS`), ``clusters`` (clustering, ≥ 1) or the window's ``size`` (window,
+            ≥ 0; a window at least as wide as the input keeps every pair).
         window: Also keep the pairs at most this many positions apart (projection methods, self-attention only).
     """
 
@@ -351,6 +360,16 @@ def squared_distances(projected_query: torch.Tensor, projected_key: torch.Tensor
     return (query_side @ key_side.transpose(-1, -2)).clamp_(min=0)
 
 
+def nearest_graph(squared: torch.Tensor, keys: int, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """``(B, H, Lq, Lk)`` squared distances → bool: each query's ``keys`` pairs of smallest distance among its
+    ``allowed`` ones (bool, broadcastable; None: all), all of them where it has no more than that."""
+    if allowed is not None:
+        squared = squared.masked_fill(~allowed, float("inf"))
+    nearest = squared.topk(min(keys, squared.shape[-1]), dim=-1, largest=False).indices
+    graph = torch.zeros_like(squared, dtype=torch.bool).scatter_(-1, nearest, True)
+    return graph if allowed is None else graph & allowed  # a query with fewer allowed keys took disallowed ones too
+
+
 def distance_graph(squared: torch.Tensor, threshold: float) -> torch.Tensor:
     """``(B, H, Lq, Lk)`` squared distances (`LayerProjections.squared_distances`) → bool: the pairs within
     ``threshold`` (``inf``: every pair)."""
@@ -418,6 +437,7 @@ def predicted_graph(
     self_attention: bool,
     positions: torch.Tensor | None = None,
     projected_key: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The pairs an operating point predicts, before the fallback (see `effective_graph`).
 
@@ -430,6 +450,8 @@ def predicted_graph(
         positions: ``(..., Lq)`` each query's position, for windows and the position term (default: teacher
             forcing's, `last_positions` in self-attention and 0 … Lq − 1 in cross-attention). Keys are at 0 … Lk − 1.
         projected_key: ``projections.project_keys(key)`` where made already (default: made here).
+        allowed: bool, broadcastable to ``(B, H, Lq, Lk)``: the pairs a query may attend to, among which the nearest
+            method chooses (default: all).
 
     Returns:
         ``(B, H, Lq, Lk)`` bool, or ``(Lq, Lk)`` for the window method.
@@ -454,9 +476,12 @@ def predicted_graph(
     projected_query = projections.project_queries(query)
     if projected_key is None:
         projected_key = projections.project_keys(key)
-    if point.method == "distance":
+    if point.method in ("distance", "nearest"):
         squared = projections.squared_distances(projected_query, projected_key, positions)
-        graph = distance_graph(squared, float(point.knob))
+        if point.method == "distance":
+            graph = distance_graph(squared, float(point.knob))
+        else:
+            graph = nearest_graph(squared, int(point.knob), allowed)
     elif point.method == "quantization":
         edges = bucket_edges(projections.quantiles.to(query.device), int(point.knob))
         graph = quantization_graph(projected_query, projected_key, edges)
@@ -562,7 +587,7 @@ class PredictedSparsity:
         if not self.self_attention and self.point.method in PROJECTION_METHODS and self.projections is not None:
             projected_key = self.source_keys(key, keys_cached)
         predicted = predicted_graph(
-            self.point, self.projections, query, key, self.self_attention, positions, projected_key
+            self.point, self.projections, query, key, self.self_attention, positions, projected_key, allowed
         )
         return effective_graph(predicted, allowed).expand(*query.shape[:-1], key_len)
 
@@ -711,6 +736,7 @@ __all__ = [
     "effective_graph",
     "last_positions",
     "nearest_centroid",
+    "nearest_graph",
     "predicted_graph",
     "quantization_graph",
     "split_sparsity_settings",

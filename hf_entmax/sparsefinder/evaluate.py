@@ -37,6 +37,7 @@ from .collect import AttentionBatch, AttentionSample
 
 # The knob values swept by default (the distance thresholds come from the training distances, see `train`).
 BUCKETS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+NEAREST_KEYS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 WINDOW_SIZES = (0, 1, 2, 3, 4, 6, 8, 12, 16)
 
 
@@ -173,6 +174,7 @@ def sweep_points(
     window = window if kind in SELF_ATTENTION_TYPES else None
     knobs: dict[str, Sequence] = {
         "distance": predictor.metadata["thresholds"][kind] if predictor else (),
+        "nearest": NEAREST_KEYS if predictor else (),
         "quantization": BUCKETS,
         "clustering": sorted(predictor.layers[kind][0].centroids) if predictor else (),
         "window": WINDOW_SIZES if kind in SELF_ATTENTION_TYPES else (),
@@ -220,7 +222,7 @@ def evaluate_points(
                     allowed_pairs += int(allowed.sum()) * heads
                     for totals, point in zip(point_totals[-1], kind_points, strict=True):
                         predicted = predicted_graph(
-                            point, projections, batch.query, batch.key, kind in SELF_ATTENTION_TYPES
+                            point, projections, batch.query, batch.key, kind in SELF_ATTENTION_TYPES, allowed=allowed
                         )
                         totals.add(effective_graph(predicted, allowed), batch, predicted)
                 bar.update(1)
@@ -290,6 +292,7 @@ def head_recall_at(scores: list[GraphScores], method: str, sparsity: float) -> t
 
 __all__ = [
     "BUCKETS",
+    "NEAREST_KEYS",
     "WINDOW_SIZES",
     "GraphScores",
     "choose_points",
