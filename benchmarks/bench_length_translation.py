@@ -47,7 +47,8 @@
    of the attention types in ``--sparsefinder_types`` (all three by default; the others attend over every key),
    in one process with the model loaded once, each timed. A second table (``table:length-translation-sparsefinder``)
    gives each type's chosen point, its held-out sparsity, recall and mass kept, and BLEU and time of restricted
-   against full translation.
+   against full translation; with ``--equal_tokens_per_join N`` also the time of both decoding every input to exactly
+   k × N tokens (translations of different lengths are different work).
 
 Positions: Marian's sinusoidal position vectors are fixed, not learned, but a model trained on single sentences has
 only ever read the positions its training sentences reach (the output states the longest); joined inputs go beyond
@@ -397,7 +398,27 @@ def timed_translations(folder: Path, k: int, files: dict, predictor: dict, argum
         )
         seconds = time.perf_counter() - start
         results[name] = {**corpus_scores(translations, references), "seconds": seconds}
+        if arguments.equal_tokens_per_join is not None:
+            new_tokens = min(k * arguments.equal_tokens_per_join, max_new_tokens(folder, k, arguments))
+            results[name]["equal_length_seconds"] = equal_length_seconds(
+                model, tokenizer, sources, new_tokens, arguments.translate_batch_size
+            )
     return results
+
+
+def equal_length_seconds(
+    model: torch.nn.Module, tokenizer, sources: list[str], new_tokens: int, batch_size: int
+) -> float:
+    """Seconds to decode every source to exactly ``new_tokens`` tokens (the model's beam search, no early end), in
+    batches of the input order: the cost of the attention at an equal amount of decoding, where full and restricted
+    translations of different lengths would time different work."""
+    start = time.perf_counter()
+    with torch.no_grad():
+        for first in range(0, len(sources), batch_size):
+            batch = tokenizer(sources[first : first + batch_size], return_tensors="pt", padding=True)
+            # Lengths count the decoder's start token.
+            model.generate(**batch, min_length=new_tokens + 1, max_length=new_tokens + 1)
+    return time.perf_counter() - start
 
 
 def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Namespace) -> str:
@@ -411,6 +432,10 @@ def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Name
         "time restricted / full |",
         "| ---: | --- | ---: | --- | ---: | ---: | ---: |",
     ]
+    equal_length = arguments.equal_tokens_per_join is not None
+    if equal_length:
+        lines[0] += f" time restricted / full, k × {arguments.equal_tokens_per_join} tokens each |"
+        lines[1] += " ---: |"
     for (name, seed, k), result in timings.items():
         points = "; ".join(
             f"{kind} `{spec}` ({sparsity:.0%} / {recall:.0%} / {'–' if mass is None else f'{mass:.1%}'})"
@@ -420,6 +445,7 @@ def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Name
         lines.append(
             f"| {k} | {name} | {seed} | {points} | {full['bleu']:.2f} | {restricted['bleu']:.2f} | "
             f"{restricted['seconds'] / full['seconds']:.2f} |"
+            + (f" {restricted['equal_length_seconds'] / full['equal_length_seconds']:.2f} |" if equal_length else "")
         )
     lines += [
         "",
@@ -428,7 +454,14 @@ def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Name
         "sparsest distance or nearest point with held-out recall ≥ "
         f"{arguments.sparsefinder_target_recall:g} and mass kept ≥ {arguments.sparsefinder_target_mass:g}; "
         f"restricted attention in {restricted_types}. Times: the translation alone (beam 4, batches as "
-        "`hf-entmax translate` makes them, the model loaded once), full and restricted in turn in one process.",
+        "`hf-entmax translate` makes them, the model loaded once), full and restricted in turn in one process"
+        + (
+            f"; and decoding every input to exactly k × {arguments.equal_tokens_per_join} tokens (no early end; at "
+            "most the model's positions), "
+            "where the two translations' lengths differ."
+            if equal_length
+            else "."
+        ),
     ]
     return "\n".join(lines)
 
@@ -565,6 +598,12 @@ def main() -> None:
         default=list(ATTENTION_TYPES),
         help="the attention types restricted to their predicted graphs (the others attend over every key)",
     )
+    parser.add_argument(
+        "--equal_tokens_per_join",
+        type=int,
+        default=None,
+        help="also time full and restricted attention decoding exactly this many tokens per sentence of an input",
+    )
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     arguments = parser.parse_args()
     arguments.source, _, arguments.target = arguments.direction.partition("-")
@@ -572,6 +611,10 @@ def main() -> None:
         parser.error(f"--direction must be source-target, e.g. de-en; got {arguments.direction!r}")
     if arguments.lines_per_input is not None and arguments.lines_per_input < 1:
         parser.error(f"--lines_per_input must be a positive number of lines, got {arguments.lines_per_input}")
+    if arguments.equal_tokens_per_join is not None and (
+        arguments.sparsefinder_k is None or arguments.equal_tokens_per_join < 1
+    ):
+        parser.error("--equal_tokens_per_join needs --sparsefinder_k and a positive number of tokens")
     if arguments.sparsefinder_k is not None and arguments.lines_per_input is not None:
         parser.error("--sparsefinder_k measures whole k-sentence inputs; leave out --lines_per_input")
     if min(arguments.joins) < 1 or (arguments.test_sentences is not None and arguments.test_sentences < 1):

@@ -43,7 +43,14 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
     command += ["--document_context", "2", "--seeds", "0", "--max_steps", "2", "--batch_size", "8"]
     command += ["--joins", "2", "--test_sentences", "4", "--max_new_tokens_per_join", "4"]
     command += ["--sparsefinder_k", "2", "--sparsefinder_train", "1", "--sparsefinder_heldout", "1"]
-    command += ["--sparsefinder_target_recall", "0", "--sparsefinder_target_mass", "0.9"]
+    command += [
+        "--sparsefinder_target_recall",
+        "0",
+        "--sparsefinder_target_mass",
+        "0.9",
+        "--equal_tokens_per_join",
+        "2",
+    ]
     command += ["--runs_dir", "runs", "--output_dir", "out", "--extra", TINY]
     environment = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     completed = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True)
@@ -69,12 +76,15 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
     assert rows[1][6] == f"{adaptive - softmax:+.2f}" and rows[0][6] == "–"
 
     # Sparsefinder: a predictor per run, and k = 2 translated with full and with restricted attention.
-    sparse_rows = [line for line in lines if len(line) == 7]  # the second table's: k, model, seed, points, ...
+    sparse_rows = [line for line in lines if len(line) == 8]  # the second table's: k, model, seed, points, ...
     assert [row[1] for row in sparse_rows] == ["softmax+nape-split-cross+doc2", "adaptive+nape-split-cross+doc2"]
     timings = json.loads((tmp_path / "out" / "results.json").read_text())["sparsefinder"]
     for row in sparse_rows:
         full, restricted = (timings[f"{row[1]} seed0 k2"][name] for name in ("full", "restricted"))
-        assert "cross `" in row[3] and row[-1].rstrip(" |") == f"{restricted['seconds'] / full['seconds']:.2f}"
+        assert "cross `" in row[3] and row[6] == f"{restricted['seconds'] / full['seconds']:.2f}"
+        # Decoding exactly 2 tokens a sentence: both timed, the ratio in the last column.
+        equal = restricted["equal_length_seconds"] / full["equal_length_seconds"]
+        assert row[-1].rstrip(" |") == f"{equal:.2f}" and "exactly k × 2 tokens" in completed.stdout
         assert row[4:6] == [f"{full['bleu']:.2f}", f"{restricted['bleu']:.2f}"]
         report = tmp_path / "out" / "sparsefinder" / row[1] / "seed0" / "val-k2-recall0-mass0.9" / "report.json"
         assert (report.parent / "sparsefinder.safetensors").is_file()
@@ -197,3 +207,19 @@ def test_sparsefinder_types_restrict_only_the_types_named_at_the_sparsest_point_
     row = "| 8 | run | 0 | decoder_self `distance:0` (30% / 95% / 99.0%); cross `nearest:1` (90% / 96% / 99.0%) |"
     assert f"{row} 20.00 | 19.50 | 0.75 |" in markdown
     assert "restricted attention in decoder_self, cross only" in markdown
+
+
+def test_equal_length_decoding_generates_exactly_the_tokens_asked_for_in_batches():
+    """Full and restricted attention are timed on the same work: every input decoded to exactly the number of new
+    tokens asked for (no early end), in batches of the input order."""
+    calls = []
+
+    class Model(torch.nn.Module):
+        def generate(self, **inputs):
+            calls.append((inputs["input_ids"].shape[0], inputs["min_length"], inputs["max_length"]))
+
+    def tokenizer(lines, return_tensors, padding):
+        return {"input_ids": torch.ones(len(lines), 3, dtype=torch.long)}
+
+    seconds = bench.equal_length_seconds(Model(), tokenizer, ["a", "b", "c"], new_tokens=5, batch_size=2)
+    assert seconds >= 0 and calls == [(2, 6, 6), (1, 6, 6)]  # the decoder's start token counts in the lengths
