@@ -173,6 +173,7 @@ def test_sparsefinder_types_restrict_only_the_types_named_at_the_sparsest_point_
         sparsefinder_train=80,
         sparsefinder_heldout=40,
         sparsefinder_types=["decoder_self", "cross"],
+        equal_tokens_per_join=None,
         output_dir=str(tmp_path),
     )
     report = tmp_path / "sparsefinder" / "run" / "seed0" / "val-k8" / "report.json"
