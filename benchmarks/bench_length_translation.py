@@ -365,12 +365,8 @@ def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.
             point for point in chosen if point["recall"] >= targets[0] and point.get("mass", 1.0) >= targets[1]
         ]
         score = max(reaching, key=lambda point: point["sparsity"]) if reaching else chosen[0]
-        points[kind] = (
-            score["point"],
-            score["sparsity"],
-            score["recall"],
-            score.get("mass"),
-        )  # reports before mass: None
+        # Reports written before the mass was measured have none: None.
+        points[kind] = (score["point"], score["sparsity"], score["recall"], score.get("mass"))
     return {"predictor": output / "sparsefinder.safetensors", "points": points}
 
 
@@ -457,8 +453,7 @@ def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Name
         "`hf-entmax translate` makes them, the model loaded once), full and restricted in turn in one process"
         + (
             f"; and decoding every input to exactly k × {arguments.equal_tokens_per_join} tokens (no early end; at "
-            "most the model's positions), "
-            "where the two translations' lengths differ."
+            "most the model's positions), where the two translations' lengths differ."
             if equal_length
             else "."
         ),
