@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import random_predictor, tiny_model
 from torch.autograd import gradcheck, gradgradcheck
 
 from hf_entmax.kernels import cpu, dispatch
@@ -13,7 +13,7 @@ from hf_entmax.kernels.dispatch import attention_route, describe
 from hf_entmax.modeling import entmax as entmax_module
 from hf_entmax.modeling import modeling_adaptive_entmax_marian as modeling
 from hf_entmax.modeling.entmax import NEWTON_TOLERANCE_EPS, EntmaxFunction, entmax
-from hf_entmax.modeling.sparsefinder_attention import PredictedSparsity
+from hf_entmax.modeling.sparsefinder_attention import NearestKeys, PredictedSparsity, nearest_graph
 
 
 pytestmark = pytest.mark.skipif(not cpu.kernel_available(), reason="the native CPU kernel could not be built here")
@@ -760,6 +760,63 @@ def test_graph_rows_list_each_rows_pairs_in_order(size):
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("keys", [1, 3, 8, 40])
+def test_nearest_rows_are_the_nearest_graphs_rows(keys, dtype):
+    """The native nearest rows are the compressed rows of the bool graph PyTorch's top-k forms (`nearest_graph`):
+    rows with more allowed keys than ``keys``, with fewer, with none (all +inf), with NaN distances (after every
+    number, as torch.topk orders them), and negative and -inf distances; distinct values, since the two break ties
+    (NaN among NaN included) differently."""
+    generator = torch.Generator().manual_seed(keys)
+    distances = torch.randperm(3 * 4 * 5 * 30, generator=generator).view(3, 4, 5, 30).to(dtype) - 100
+    distances[0, 0, 0] = float("inf")  # no allowed key
+    distances[0, 0, 1, 2:] = float("inf")  # two allowed keys
+    distances[0, 1, 0, ::2] = float("nan")  # 15 numbers: no NaN is chosen below 16 keys, all 30 pairs at 40
+    distances[0, 1, 2, 5] = float("-inf")
+    distances[1] = distances[1].masked_fill(torch.rand(4, 5, 30, generator=generator) < 0.5, float("inf"))
+    offsets, columns = cpu.nearest_rows(distances, keys)
+    expected_offsets, expected_columns = cpu.graph_rows(nearest_graph(distances, keys))
+    assert torch.equal(offsets, expected_offsets) and torch.equal(columns, expected_columns)
+    assert offsets[1] == 0 and offsets[2] - offsets[1] == min(keys, 2)
+
+
+def test_nearest_rows_break_ties_toward_the_lower_column_and_name_bad_input():
+    distances = torch.tensor([[3.0, 1.0, 1.0, 2.0, 1.0, 0.0], [math.nan, 5.0, math.nan, 3.0, math.inf, math.nan]])
+    # Row 2: its two numbers, then NaN pairs from the lowest column; +inf never.
+    assert cpu.nearest_rows(distances, 3)[1].tolist() == [1, 2, 5, 0, 1, 3]
+    with pytest.raises(RuntimeError, match="float32 or float64 CPU tensor"):
+        cpu.nearest_rows(distances.half(), 3)
+    with pytest.raises(RuntimeError, match="keys must be at least 1, got 0"):
+        cpu.nearest_rows(distances, 0)
+
+
+def test_gathered_attention_over_unformed_nearest_keys_is_the_masked_attention_over_their_graph():
+    """The model's nearest method hands the dispatcher its distances unformed (`NearestKeys`); the gathered path forms
+    the rows natively and agrees with the masked path over the bool graph to float64 rounding, padding and a bias
+    on the pairs included; where gathering would not pay (more keys than `RESTRICTED_MAX_DENSITY` of a row) the
+    masked path runs."""
+    generator = torch.Generator().manual_seed(7)
+    batch, heads, queries, keys = 2, 4, 3, 40
+    query, key, value = (
+        torch.randn(batch, heads, length, 8, generator=generator, dtype=torch.float64)
+        for length in (queries, keys, keys)
+    )
+    alpha = torch.tensor([1.05, 1.3, 1.5, 2.0], dtype=torch.float64).view(1, heads, 1, 1)
+    padding = torch.zeros(batch, 1, 1, keys, dtype=torch.float64)
+    padding[1, ..., 30:] = torch.finfo(torch.float64).min
+    mask = padding - torch.rand(1, heads, queries, keys, generator=generator, dtype=torch.float64)
+    squared = torch.rand(batch, heads, queries, keys, generator=generator, dtype=torch.float64)
+    for nearest, gathered in ((6, True), (30, False)):
+        graph = NearestKeys(squared.masked_fill(entmax_module.is_masked(padding), float("inf")), nearest)
+        output, weights = dispatch.native_entmax_attention(query, key, value, alpha, mask, graph=graph)
+        masked = PredictedSparsity.graph_mask(graph.dense(), mask, torch.float64)
+        expected, expected_weights = modeling.composed_entmax_attention(query, key, value, alpha, masked, 0.0)
+        assert (weights is None) == gathered
+        torch.testing.assert_close(output, expected, rtol=1e-12, atol=1e-12)
+        if not gathered:
+            torch.testing.assert_close(weights, expected_weights, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("biased", [False, True])
 @pytest.mark.parametrize("beta", [0.0, 0.3, 0.5, 0.8, 1.0])
 def test_restricted_attention_gradcheck(beta, biased):
@@ -979,3 +1036,33 @@ def test_model_attends_over_gathered_pairs_where_it_pays_and_masks_elsewhere(mon
     gathered_calls.clear()
     model.train()(**batch, labels=batch["decoder_input_ids"]).loss.backward()
     assert not gathered_calls  # attention dropout 0.1: masked
+
+
+def test_model_forms_nearest_keys_natively_and_matches_the_masked_path(monkeypatch):
+    """Through the model (float64, every attention type restricted to each query's 3 nearest keys, padding in the
+    batch): the nearest method's rows are formed by the native kernel and attended over gathered, and the logits and
+    cached beam search are those of the masked path over the bool graph PyTorch's top-k forms."""
+    formed = []
+    original = cpu.nearest_rows
+    monkeypatch.setattr(cpu, "nearest_rows", lambda *args: formed.append(1) or original(*args))
+    model = tiny_model(dropout=0.0).double().eval()
+    model.set_predicted_sparsity("nearest:keys=3", predictor=random_predictor(model))
+    input_ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 1], [9, 10, 1, 0, 0, 0, 0, 0]])
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": (input_ids != 0).long(),
+        "decoder_input_ids": torch.tensor([[0, 11, 12, 13, 14, 15, 16], [0, 13, 14, 15, 16, 17, 18]]),
+    }
+    generation = {"input_ids": input_ids, "attention_mask": batch["attention_mask"], "max_length": 8, "num_beams": 2}
+    with torch.no_grad():
+        gathered = model(**batch)
+        assert len(formed) == 3 * model.config.decoder_layers  # three keys of 7–8 is below the gathering rule's half
+        gathered_tokens = model.generate(**generation)
+        monkeypatch.setattr(dispatch, "RESTRICTED_MAX_DENSITY", 0.0)  # gathering never pays: the masked path
+        formed.clear()
+        masked = model(**batch)
+        assert not formed
+        masked_tokens = model.generate(**generation)
+    bound = 1000 * FLOAT64_ROUNDOFF * masked.logits.abs().max()
+    assert_within(gathered.logits, masked.logits, torch.full_like(masked.logits, bound.item()), "logits")
+    assert torch.equal(gathered_tokens, masked_tokens)

@@ -22,6 +22,7 @@ from hf_entmax.modeling.sparsefinder_attention import (
     PredictedSparsity,
     SparsefinderPredictor,
     bucket_edges,
+    distance_key_side,
     effective_graph,
     nearest_graph,
 )
@@ -177,7 +178,12 @@ def test_restricted_beam_search_projects_each_inputs_source_keys_once_and_decode
     kept = [model.generate(**inputs, **settings) for inputs in (first, second)]
     assert len(projected) == 2 * model.config.decoder_layers
     projected.clear()
-    monkeypatch.setattr(PredictedSparsity, "source_keys", lambda self, key, cached: self.projections.project_keys(key))
+
+    def project_every_step(self, key, cached):
+        projected_key = self.projections.project_keys(key)
+        return projected_key, distance_key_side(projected_key)
+
+    monkeypatch.setattr(PredictedSparsity, "source_keys", project_every_step)
     every_step = [model.generate(**inputs, **settings) for inputs in (first, second)]
     assert len(projected) == 2 * model.config.decoder_layers * 8
     for ours, theirs in zip(kept, every_step, strict=True):

@@ -276,6 +276,13 @@ def graph_rows(graph: torch.Tensor, max_pairs: int = -1) -> tuple[torch.Tensor, 
     return torch.ops.hf_entmax.graph_rows(graph, max_pairs)
 
 
+def nearest_rows(distances: torch.Tensor, keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The graph of each row's ``keys`` smallest ``distances`` ``(..., Lk)`` below +inf (all of them where a row has
+    no more; +inf marks a pair that may not be chosen) as compressed rows (`graph_rows`), made row by row without
+    forming the bool graph (Sparsefinder's nearest method). Ties go to the lower column."""
+    return torch.ops.hf_entmax.nearest_rows(distances, keys)
+
+
 def _pair_rows(offsets: torch.Tensor) -> torch.Tensor:
     """``(number of columns,)`` the row of each entry of a graph's compressed rows."""
     return torch.repeat_interleave(torch.arange(offsets.numel() - 1), offsets.diff())
@@ -383,6 +390,7 @@ __all__ = [
     "entmax_attention",
     "graph_rows",
     "kernel_available",
+    "nearest_rows",
     "pair_values",
     "restricted_attention",
     "rows_mask",

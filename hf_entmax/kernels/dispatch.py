@@ -25,7 +25,7 @@ from types import ModuleType
 
 import torch
 
-from ..modeling.sparsefinder_attention import PredictedSparsity
+from ..modeling.sparsefinder_attention import NearestKeys, PredictedSparsity
 from . import build, cpu
 from .build import kernel_status
 
@@ -315,7 +315,7 @@ def native_entmax_attention(
     mask: torch.Tensor | None,
     dropout: float = 0.0,
     weights_wanted: bool = False,
-    graph: torch.Tensor | None = None,
+    graph: torch.Tensor | NearestKeys | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """The model's α-entmax attention by whichever of hf_entmax's kernels applies, or ``None`` where none does (the
     caller then composes it of PyTorch operations, with the pairs outside ``graph`` masked). Outside
@@ -338,7 +338,7 @@ def native_entmax_attention(
         dropout: The attention dropout probability in effect (0 in evaluation).
         weights_wanted: Whether the caller returns the attention weights (``output_attentions``).
         graph: Sparsefinder's ``(batch, heads, query_len, key_len)`` bool graph of the pairs attended over (a subset of
-            those the mask keeps), or ``None``.
+            those the mask keeps), or its nearest keys not yet formed (`NearestKeys`), or ``None``.
 
     Returns:
         ``(output, weights)`` with ``output`` ``(batch, heads, query_len, head_dim)`` and ``weights`` the
@@ -376,7 +376,7 @@ def _gathered_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     alpha: torch.Tensor | float,
-    graph: torch.Tensor,
+    graph: torch.Tensor | NearestKeys,
     mask: torch.Tensor | None,
 ) -> torch.Tensor | None:
     """Attention over the graph's pairs only, gathered by the native kernel, the mask's values on them (ALiBi's
@@ -387,9 +387,14 @@ def _gathered_attention(
         return None
     if mask is not None and mask.requires_grad and torch.is_grad_enabled():
         return None
-    offsets, columns = cpu.graph_rows(graph, int(RESTRICTED_MAX_DENSITY * graph.numel()))
-    if columns is None:
-        return None
+    if isinstance(graph, NearestKeys):
+        if graph.keys > RESTRICTED_MAX_DENSITY * graph.shape[-1]:
+            return None
+        offsets, columns = cpu.nearest_rows(graph.squared, graph.keys)
+    else:
+        offsets, columns = cpu.graph_rows(graph, int(RESTRICTED_MAX_DENSITY * graph.numel()))
+        if columns is None:
+            return None
     pair_bias = None if mask is None else cpu.pair_values(mask, offsets, columns, graph.shape)
     return cpu.restricted_attention(query, key, value, alpha, offsets, columns, pair_bias)
 

@@ -183,7 +183,7 @@ def entmax_attention_forward(
         None
         if predicted_sparsity is None
         else predicted_sparsity.graph(query, key, mask, kwargs.get("query_start", 0), kwargs.get("keys_cached", False))
-    )  # (B, H, Lq, Lk)
+    )  # (B, H, Lq, Lk) bool, or NearestKeys
     # ALiBi's distance bias joins the additive mask, which every kernel adds to the scores (per head and query): a
     # masked entry stays at or below the mask's floor.
     position_bias = getattr(module, "position_bias", None)

@@ -180,7 +180,11 @@ class LayerProjections:
         return self.project_queries(query), self.project_keys(key)
 
     def squared_distances(
-        self, projected_query: torch.Tensor, projected_key: torch.Tensor, positions: torch.Tensor
+        self,
+        projected_query: torch.Tensor,
+        projected_key: torch.Tensor,
+        positions: torch.Tensor,
+        key_side: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """What the distance method thresholds and training separates: the squared distance of the projected query
         and key, plus the position term ``position_h · |i − j|``.
@@ -188,11 +192,12 @@ class LayerProjections:
         Args:
             projected_query: ``(B, H, Lq, r)``; projected_key: ``(B, H, Lk, r)``, at positions 0 … Lk − 1 (`project`).
             positions: ``(..., Lq)`` the queries' positions.
+            key_side: ``distance_key_side(projected_key)`` where made already.
 
         Returns:
             ``(B, H, Lq, Lk)`` in float32 (or float64).
         """
-        squared = squared_distances(projected_query, projected_key)
+        squared = squared_distances(projected_query, projected_key, key_side)
         if self.position is None:
             return squared
         key_len = projected_key.shape[-2]
@@ -339,13 +344,25 @@ def window_graph(positions: torch.Tensor, key_len: int, size: int) -> torch.Tens
     return offsets.abs() <= min(size, key_len)
 
 
-def squared_distances(projected_query: torch.Tensor, projected_key: torch.Tensor) -> torch.Tensor:
+def distance_key_side(projected_key: torch.Tensor) -> torch.Tensor:
+    """``(B, H, Lk, r)`` → ``(B, H, Lk, r + 2)``, ``[k, 1, ‖k‖²]``: the keys' side of `squared_distances`' product.
+    Made once per input for cross-attention's keys (`PredictedSparsity.source_keys`): at a decoding step, with a
+    single query per row, making it costs several times the product itself."""
+    return torch.cat(
+        [projected_key, torch.ones_like(projected_key[..., :1]), projected_key.square().sum(-1, keepdim=True)], dim=-1
+    )
+
+
+def squared_distances(
+    projected_query: torch.Tensor, projected_key: torch.Tensor, key_side: torch.Tensor | None = None
+) -> torch.Tensor:
     """``(B, H, Lq, r)``, ``(B, H, Lk, r)`` → ``(B, H, Lq, Lk)`` squared Euclidean distances.
 
     As ``‖q‖² + ‖k‖² − 2 q·k``, one matrix product of vectors two entries longer, ``[−2q, ‖q‖², 1] · [k, 1, ‖k‖²]``:
     the pairs' differences would form a ``(B, H, Lq, Lk, r)`` tensor first, and each further operation on the
     ``(B, H, Lq, Lk)`` result is another pass over it (together several times the cost of the attention they are meant
-    to save). Rounding can leave a distance slightly below 0; it is clamped there."""
+    to save). Rounding can leave a distance slightly below 0; it is clamped there. ``key_side``:
+    `distance_key_side` of the keys where made already."""
     query_side = torch.cat(
         [
             -2 * projected_query,
@@ -354,20 +371,41 @@ def squared_distances(projected_query: torch.Tensor, projected_key: torch.Tensor
         ],
         dim=-1,
     )
-    key_side = torch.cat(
-        [projected_key, torch.ones_like(projected_key[..., :1]), projected_key.square().sum(-1, keepdim=True)], dim=-1
-    )
+    if key_side is None:
+        key_side = distance_key_side(projected_key)
     return (query_side @ key_side.transpose(-1, -2)).clamp_(min=0)
 
 
 def nearest_graph(squared: torch.Tensor, keys: int, allowed: torch.Tensor | None = None) -> torch.Tensor:
     """``(B, H, Lq, Lk)`` squared distances → bool: each query's ``keys`` pairs of smallest distance among its
-    ``allowed`` ones (bool, broadcastable; None: all), all of them where it has no more than that."""
+    ``allowed`` ones (bool, broadcastable; None: those below +inf), all of them where it has no more than that."""
     if allowed is not None:
         squared = squared.masked_fill(~allowed, float("inf"))
     nearest = squared.topk(min(keys, squared.shape[-1]), dim=-1, largest=False).indices
     graph = torch.zeros_like(squared, dtype=torch.bool).scatter_(-1, nearest, True)
-    return graph if allowed is None else graph & allowed  # a query with fewer allowed keys took disallowed ones too
+    return graph & (squared != float("inf"))  # a query with fewer allowed keys took disallowed ones too
+
+
+@dataclass(frozen=True)
+class NearestKeys:
+    """The nearest method's graph before it is formed: each query's ``keys`` keys of smallest ``squared`` distance,
+    ``(B, H, Lq, Lk)``, +inf on the pairs it may not attend to (`nearest_graph`).
+
+    hf_entmax's gathered attention reads it straight into the compressed rows it attends over
+    (``hf_entmax.kernels.cpu.nearest_rows``); every other path forms the bool graph (`dense`). In decoding, the bool
+    graph, the check for empty rows (`effective_graph`) and the graph's compression each cost a pass over every pair:
+    together about what attending over the nearest keys alone saves."""
+
+    squared: torch.Tensor
+    keys: int
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.squared.shape
+
+    def dense(self) -> torch.Tensor:
+        """``(B, H, Lq, Lk)`` bool."""
+        return nearest_graph(self.squared, self.keys)
 
 
 def distance_graph(squared: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -438,7 +476,9 @@ def predicted_graph(
     positions: torch.Tensor | None = None,
     projected_key: torch.Tensor | None = None,
     allowed: torch.Tensor | None = None,
-) -> torch.Tensor:
+    formed: bool = True,
+    key_side: torch.Tensor | None = None,
+) -> "torch.Tensor | NearestKeys":
     """The pairs an operating point predicts, before the fallback (see `effective_graph`).
 
     Args:
@@ -452,9 +492,11 @@ def predicted_graph(
         projected_key: ``projections.project_keys(key)`` where made already (default: made here).
         allowed: bool, broadcastable to ``(B, H, Lq, Lk)``: the pairs a query may attend to, among which the nearest
             method chooses (default: all).
+        formed: False: the nearest method without a window returns its `NearestKeys`, for the kernel to form.
+        key_side: ``distance_key_side(projected_key)`` where made already (the distance methods).
 
     Returns:
-        ``(B, H, Lq, Lk)`` bool, or ``(Lq, Lk)`` for the window method.
+        ``(B, H, Lq, Lk)`` bool (or `NearestKeys`, see ``formed``), or ``(Lq, Lk)`` for the window method.
 
     Raises:
         ValueError: For a window in cross-attention, or a number of clusters the projections have no centroids for.
@@ -477,11 +519,15 @@ def predicted_graph(
     if projected_key is None:
         projected_key = projections.project_keys(key)
     if point.method in ("distance", "nearest"):
-        squared = projections.squared_distances(projected_query, projected_key, positions)
+        squared = projections.squared_distances(projected_query, projected_key, positions, key_side)
         if point.method == "distance":
             graph = distance_graph(squared, float(point.knob))
-        else:
+        elif formed or point.window is not None:
             graph = nearest_graph(squared, int(point.knob), allowed)
+        else:
+            # A graph carries no gradient: the bool one does not, nor do these distances.
+            squared = squared.detach() if allowed is None else squared.detach().masked_fill(~allowed, float("inf"))
+            return NearestKeys(squared, int(point.knob))
     elif point.method == "quantization":
         edges = bucket_edges(projections.quantiles.to(query.device), int(point.knob))
         graph = quantization_graph(projected_query, projected_key, edges)
@@ -523,14 +569,14 @@ class PredictedSparsity:
     ) -> None:
         self.point, self.projections = point, projections
         self.self_attention, self.causal = self_attention, causal
-        # Cross-attention's last keys (a weak reference) and their projections.
-        self._projected_source: tuple[weakref.ref, torch.Tensor] | None = None
+        # Cross-attention's last keys (a weak reference), their projections and distance_key_side.
+        self._projected_source: tuple[weakref.ref, torch.Tensor, torch.Tensor] | None = None
 
-    def source_keys(self, key: torch.Tensor, cached: bool) -> torch.Tensor:
-        """``projections.project_keys(key)`` of cross-attention's keys, made once per input: while decoding, the keys
-        are the encoder states cached at the first step, the same tensor at every later step, and projecting them anew
-        at each step would cost more than the attention over them (``r`` multiplications per key entry, where the
-        scores take one per query).
+    def source_keys(self, key: torch.Tensor, cached: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """``projections.project_keys(key)`` of cross-attention's keys and its `distance_key_side`, made once per
+        input: while decoding, the keys are the encoder states cached at the first step, the same tensor at every
+        later step, and projecting them anew at each step would cost more than the attention over them (``r``
+        multiplications per key entry, where the scores take one per query).
 
         Args:
             key: ``(B, H, Lk, D)``.
@@ -540,11 +586,12 @@ class PredictedSparsity:
         """
         projected = self._projected_source
         if cached and projected is not None and projected[0]() is key:
-            return projected[1]
+            return projected[1], projected[2]
         projected_key = self.projections.project_keys(key)
+        key_side = distance_key_side(projected_key)
         if not projected_key.requires_grad:  # in training, keeping them would keep the autograd graph alive
-            self._projected_source = (weakref.ref(key), projected_key)
-        return projected_key
+            self._projected_source = (weakref.ref(key), projected_key, key_side)
+        return projected_key, key_side
 
     def graph(
         self,
@@ -553,7 +600,7 @@ class PredictedSparsity:
         mask: torch.Tensor | None,
         query_start: int | torch.Tensor = 0,
         keys_cached: bool = False,
-    ) -> torch.Tensor:
+    ) -> "torch.Tensor | NearestKeys":
         """The pairs restricted attention computes (`effective_graph` of the prediction and the allowed pairs).
 
         Args:
@@ -567,7 +614,7 @@ class PredictedSparsity:
                 (`source_keys`).
 
         Returns:
-            ``(B, H, Lq, Lk)`` bool.
+            ``(B, H, Lq, Lk)`` bool, or the nearest method's `NearestKeys` (without a window).
         """
         key_len = key.shape[-2]
         if self.projections is not None and self.projections.query.device != query.device:
@@ -583,19 +630,34 @@ class PredictedSparsity:
             # ALiBi's do, so they are the same as without it).
             key_indices = torch.arange(key_len, device=query.device)
             positions = torch.where(allowed, key_indices, 0).amax(-1)  # (B, 1 or H, Lq)
-        projected_key = None
+        projected_key = key_side = None
         if not self.self_attention and self.point.method in PROJECTION_METHODS and self.projections is not None:
-            projected_key = self.source_keys(key, keys_cached)
+            projected_key, key_side = self.source_keys(key, keys_cached)
         predicted = predicted_graph(
-            self.point, self.projections, query, key, self.self_attention, positions, projected_key, allowed
+            self.point,
+            self.projections,
+            query,
+            key,
+            self.self_attention,
+            positions,
+            projected_key=projected_key,
+            allowed=allowed,
+            formed=False,
+            key_side=key_side,
         )
+        if isinstance(predicted, NearestKeys):
+            # Each query's nearest keys are among those it may attend to, and it has some wherever it may attend to
+            # any: the fallback has nothing to add.
+            return predicted
         return effective_graph(predicted, allowed).expand(*query.shape[:-1], key_len)
 
     @staticmethod
-    def graph_mask(graph: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-        """The additive mask that restricts attention to ``graph`` ``(B, H, Lq, Lk)``: ``mask`` (or 0, in ``dtype``)
-        on the graph's pairs and on the pairs masked already, −inf on the pairs a query may attend to that the graph
-        leaves out."""
+    def graph_mask(graph: "torch.Tensor | NearestKeys", mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+        """The additive mask that restricts attention to ``graph`` ``(B, H, Lq, Lk)`` (`graph`'s): ``mask`` (or 0, in
+        ``dtype``) on the graph's pairs and on the pairs masked already, −inf on the pairs a query may attend to that
+        the graph leaves out."""
+        if isinstance(graph, NearestKeys):
+            graph = graph.dense()
         if mask is None:
             mask = torch.zeros((1, 1, 1, 1), dtype=dtype, device=graph.device)
             dropped = ~graph
@@ -726,6 +788,7 @@ __all__ = [
     "PREDICTOR_FILE",
     "QUANTILE_STEPS",
     "LayerProjections",
+    "NearestKeys",
     "OperatingPoint",
     "PredictedSparsity",
     "SparsefinderPredictor",
@@ -733,6 +796,7 @@ __all__ = [
     "bucket_edges",
     "cluster_graph",
     "distance_graph",
+    "distance_key_side",
     "effective_graph",
     "last_positions",
     "nearest_centroid",

@@ -247,6 +247,63 @@ HF_ENTMAX_INLINE int64_t gather_true(const uint8_t* entries, int64_t size, int32
   return count;
 }
 
+// nearest_rows for one dtype: offset (rows + 1) filled, and the columns returned.
+template <typename T>
+at::Tensor nearest_columns(const T* values, int64_t rows, int64_t size, int64_t keys, int64_t* offset) {
+  const T infinity = std::numeric_limits<T>::infinity();
+  const int64_t grain = std::max<int64_t>(1, 65536 / (size + 1));
+  // Two passes, as in graph_rows: each row's count (its entries below +inf, at most `keys`), then its columns.
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const T* row_values = values + row * size;
+      int64_t allowed = 0;
+#pragma omp simd reduction(+ : allowed)
+      for (int64_t j = 0; j < size; ++j) allowed += row_values[j] != infinity;
+      offset[row + 1] = std::min(allowed, keys);
+    }
+  });
+  offset[0] = 0;
+  std::partial_sum(offset, offset + rows + 1, offset);
+  at::Tensor columns = at::empty({offset[rows]}, at::kInt);
+  int32_t* column = columns.data_ptr<int32_t>();
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<T> held_values(keys);
+    std::vector<int32_t> held_columns(keys);
+    for (int64_t row = begin; row < end; ++row) {
+      const T* row_values = values + row * size;
+      const int64_t kept = offset[row + 1] - offset[row];
+      if (kept == 0) continue;  // every pair +inf
+      // The nearest so far, in increasing order (ties by column: a later column goes after an equal value). Once
+      // `kept` are held, a value must be below the last to enter, and most are not: one comparison each, where a
+      // selection over the whole row (std::nth_element, torch.topk) moves every entry several times.
+      int64_t held = 0, nan_count = 0;
+      T worst = infinity;  // +inf never enters: it marks a pair that may not be chosen
+      for (int64_t j = 0; j < size; ++j) {
+        const T value = row_values[j];
+        if (!(value < worst)) {
+          nan_count += value != value;
+          continue;
+        }
+        int64_t slot = held < kept ? held++ : kept - 1;
+        for (; slot > 0 && held_values[slot - 1] > value; --slot) {
+          held_values[slot] = held_values[slot - 1];
+          held_columns[slot] = held_columns[slot - 1];
+        }
+        held_values[slot] = value;
+        held_columns[slot] = static_cast<int32_t>(j);
+        if (held == kept) worst = held_values[kept - 1];
+      }
+      // NaN ranks after every number (torch.topk's order): NaN pairs fill what numbers leave, lowest column first.
+      for (int64_t j = 0; held < kept && nan_count > 0 && j < size; ++j) {
+        if (row_values[j] != row_values[j]) held_columns[held++] = static_cast<int32_t>(j);
+      }
+      std::sort(held_columns.begin(), held_columns.begin() + kept);
+      std::copy(held_columns.begin(), held_columns.begin() + kept, column + offset[row]);
+    }
+  });
+  return columns;
+}
+
 }  // namespace
 
 // The compressed rows of a bool graph (..., size): offsets (rows + 1,) int64, where row r's entries start, and
@@ -285,6 +342,30 @@ std::tuple<at::Tensor, at::Tensor> graph_rows(const at::Tensor& graph, int64_t m
       const int64_t count = gather_true(entries + row * size, size, row_columns.data());
       std::copy(row_columns.begin(), row_columns.begin() + count, column + offset[row]);
     }
+  });
+  return {offsets, columns};
+}
+
+// The compressed rows (as graph_rows gives them) of the graph that keeps each row's `keys` smallest entries of
+// `distances` (..., size), float32 or float64, among those below +inf (every one of them where a row has no more):
+// Sparsefinder's nearest method, +inf marking the pairs a query may not attend to. Formed here, row by row, rather
+// than as torch.topk's indices scattered into a bool graph that graph_rows then reads: in decoding those passes over
+// every pair cost about what attending over the graph saves. Ties go to the lower column; NaN counts as larger than
+// any number (torch.topk's order), so a row of NaN distances keeps `keys` of them rather than none.
+std::tuple<at::Tensor, at::Tensor> nearest_rows(const at::Tensor& distances, int64_t keys) {
+  TORCH_CHECK(distances.device().is_cpu() &&
+                  (distances.scalar_type() == at::kFloat || distances.scalar_type() == at::kDouble) &&
+                  distances.dim() >= 1,
+              "distances must be a float32 or float64 CPU tensor of at least one dimension");
+  TORCH_CHECK(keys >= 1, "keys must be at least 1, got ", keys);
+  const int64_t size = distances.size(-1);
+  TORCH_CHECK(size < std::numeric_limits<int32_t>::max(), "distance rows must be shorter than 2^31 − 1");
+  const at::Tensor matrix = distances.contiguous();
+  const int64_t rows = size > 0 ? matrix.numel() / size : 0;
+  at::Tensor offsets = at::empty({rows + 1}, at::kLong);
+  at::Tensor columns;
+  AT_DISPATCH_FLOATING_TYPES(matrix.scalar_type(), "nearest_rows", [&] {
+    columns = nearest_columns<scalar_t>(matrix.data_ptr<scalar_t>(), rows, size, keys, offsets.data_ptr<int64_t>());
   });
   return {offsets, columns};
 }
@@ -351,6 +432,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> restricted_attention_
 
 TORCH_LIBRARY_FRAGMENT(hf_entmax, m) {
   m.def("graph_rows(Tensor graph, int max_pairs=-1) -> (Tensor, Tensor)");
+  m.def("nearest_rows(Tensor distances, int keys) -> (Tensor, Tensor)");
   m.def(
       "restricted_attention_forward(Tensor query, Tensor key, Tensor value, Tensor alpha, Tensor offsets, "
       "Tensor columns, Tensor? pair_bias=None) -> (Tensor, Tensor)");
@@ -361,6 +443,7 @@ TORCH_LIBRARY_FRAGMENT(hf_entmax, m) {
 
 TORCH_LIBRARY_IMPL(hf_entmax, CPU, m) {
   m.impl("graph_rows", &hf_entmax::graph_rows);
+  m.impl("nearest_rows", &hf_entmax::nearest_rows);
   m.impl("restricted_attention_forward", &hf_entmax::restricted_attention_forward);
   m.impl("restricted_attention_backward", &hf_entmax::restricted_attention_backward);
 }
