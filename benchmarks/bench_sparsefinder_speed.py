@@ -1,7 +1,11 @@
-"""Speed of Sparsefinder's restricted attention on the CPU: gathered, masked, full entmax and SDPA, in the same run.
+"""Speed of Sparsefinder's restricted attention on the CPU: gathered, masked, full entmax and SDPA, in the same run;
+and decoding with cross-attention restricted to each query's nearest keys, against full attention.
 
-    python benchmarks/bench_sparsefinder_speed.py [--lengths 128 256 512 1024 2048] [--sparsities 0.5 0.8 0.95]
-        [--repeats 5] [--threads N] [--markdown docs/benchmarks.md]
+    python benchmarks/bench_sparsefinder_speed.py [--sections attention decoding] [--lengths 128 256 512 1024 2048]
+        [--sparsities 0.5 0.8 0.95] [--source_lengths 120 240 480] [--nearest_keys 24] [--new_tokens 32]
+        [--model_size small] [--repeats 5] [--threads N] [--markdown docs/benchmarks.md]
+
+attention:
 
 Self-attention of one sequence of L tokens, 8 heads of 64 dimensions, α per head from 1.1 to 1.9 and a score spread of
 1–3 by head (as `bench_speed.py`), restricted to a graph that keeps a share 1 − s of the pairs, for two stand-ins of a
@@ -22,7 +26,20 @@ of a length in turn (`bench_speed.median_seconds`), and each variant is reported
 (time of full entmax / its time) measured in those same rounds. The graph is given: predicting it (projecting the
 queries and keys and comparing every pair, itself quadratic) is timed apart, in a second table, for each method.
 
-``--markdown docs/benchmarks.md`` writes the table between the markers ``table:sparsefinder-speed``.
+decoding: beam search (4 beams) of a batch of 32 sources of up to ``--source_lengths`` tokens (each 85–100% of it,
+the rest padding), decoding exactly ``--new_tokens`` tokens (no early end, so that both decode the same steps), with
+full attention and with cross-attention restricted to each query's ``--nearest_keys`` nearest source keys
+(``cross=nearest:keys=K``: distances formed from the projected query and the source keys' side, made once per
+input, and the keys picked and gathered by the native kernel). The model is the one `hf-entmax train` builds with the
+flags of `bench_length_translation.py`'s `sparsemax-cross` variant and `rope-cross-nape` positions (the
+``--model_size`` preset, by default the command's `small`; α = 2 in cross-attention, no query scaling, RoPE, NAPE's
+penalty in cross-attention: where the nearest method reaches the sparsity Sparsefinder is for, docs/benchmarks.md),
+untrained, with random projections to `PROJECTION_DIM` dimensions and a position term: the graph keeps K keys per
+query whatever was learned, so the time does not depend on it (the trained model's translations and their BLEU are
+`bench_length_translation.py`'s).
+
+``--markdown docs/benchmarks.md`` writes each section's tables between its markers, ``table:sparsefinder-speed`` and
+``table:sparsefinder-decoding``.
 """
 
 import argparse
@@ -34,7 +51,8 @@ import time
 from pathlib import Path
 
 import torch
-from bench_speed import Report, median_seconds
+from bench_length_translation import POSITIONS, VARIANTS
+from bench_speed import Report, cli_default_model, median_seconds
 from runs import add_threads_option, use_threads
 from tables import measured_command, write_tables
 from torch.nn.functional import scaled_dot_product_attention
@@ -45,12 +63,18 @@ from hf_entmax.modeling.sparsefinder_attention import (
     LayerProjections,
     OperatingPoint,
     PredictedSparsity,
+    SparsefinderPredictor,
     predicted_graph,
 )
+from hf_entmax.training.arguments import DEFAULT_MODEL_SIZE
+from hf_entmax.training.presets import MODEL_PRESETS
 
 
 HEADS, HEAD_DIM = 8, 64
 PROJECTION_DIM = 4  # hf-entmax sparsefinder's default --projection_dim
+# The decoding section's model and batch (see the docstring).
+DECODING_FLAGS = [*VARIANTS["sparsemax-cross"], *POSITIONS["rope-cross-nape"]]
+DECODING_BATCH, DECODING_BEAMS = 32, 4
 
 
 def inputs(length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -133,18 +157,21 @@ PREDICTED_POINTS = (
 )
 
 
-def prediction_steps(query: torch.Tensor, key: torch.Tensor) -> list:
-    """Steps that predict a graph as the model does (`predicted_graph`), one per `PREDICTED_POINTS`, with projections
-    to `PROJECTION_DIM` dimensions and the distance method's position term, as `hf-entmax sparsefinder` trains them by
-    default (random ones: the cost does not depend on what they learned)."""
-    generator = torch.Generator().manual_seed(2)
-    projections = LayerProjections(
-        torch.randn(HEADS, HEAD_DIM, PROJECTION_DIM, generator=generator),
-        torch.randn(HEADS, HEAD_DIM, PROJECTION_DIM, generator=generator),
-        torch.linspace(-3, 3, QUANTILE_STEPS + 1).expand(HEADS, PROJECTION_DIM, -1).contiguous(),
-        {4: torch.randn(HEADS, 4, PROJECTION_DIM, generator=generator)},
-        torch.rand(HEADS, generator=generator),
+def random_projections(heads: int, head_dim: int, generator: torch.Generator) -> LayerProjections:
+    """Projections to `PROJECTION_DIM` dimensions with 4 centroids and the distance method's position term, as
+    `hf-entmax sparsefinder` trains them by default (random ones: the cost does not depend on what they learned)."""
+    return LayerProjections(
+        torch.randn(heads, head_dim, PROJECTION_DIM, generator=generator),
+        torch.randn(heads, head_dim, PROJECTION_DIM, generator=generator),
+        torch.linspace(-3, 3, QUANTILE_STEPS + 1).expand(heads, PROJECTION_DIM, -1).contiguous(),
+        {4: torch.randn(heads, 4, PROJECTION_DIM, generator=generator)},
+        torch.rand(heads, generator=generator),
     )
+
+
+def prediction_steps(query: torch.Tensor, key: torch.Tensor) -> list:
+    """Steps that predict a graph as the model does (`predicted_graph`), one per `PREDICTED_POINTS`."""
+    projections = random_projections(HEADS, HEAD_DIM, torch.Generator().manual_seed(2))
     return [
         lambda point=point: predicted_graph(point, projections, query, key, self_attention=True)
         for point in PREDICTED_POINTS
@@ -189,28 +216,7 @@ def bench_length(length: int, sparsities: list[float], repeats: int, report, pre
         gc.collect()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", nargs="+", type=int, default=[128, 256, 512, 1024, 2048])
-    parser.add_argument("--sparsities", nargs="+", type=float, default=[0.5, 0.8, 0.95])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument(
-        "--markdown",
-        nargs="+",
-        type=Path,
-        help="Also put the table into these Markdown files (between their table:sparsefinder-speed markers).",
-    )
-    add_threads_option(parser)
-    arguments = parser.parse_args()
-    use_threads(arguments)
-    if not cpu.kernel_available():
-        sys.exit("bench_sparsefinder_speed.py measures the native kernel, which could not be built here")
-
-    report = Report(
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads)"
-    )
-    report.section("sparsefinder-speed")
+def bench_attention(arguments: argparse.Namespace, report) -> None:
     report(
         f"#### Restricted attention, 1 sequence × {HEADS} heads × head dim {HEAD_DIM}, α per head 1.1–1.9: "
         "speed-up over full entmax (its time / the variant's; > 1 is faster)\n"
@@ -234,10 +240,97 @@ def main() -> None:
     report("| ---: | ---: |" + " ---: |" * len(PREDICTED_POINTS))
     for line in predictions:
         report(line)
+
+
+def decoding_model(model_size: str) -> tuple[torch.nn.Module, SparsefinderPredictor]:
+    """The decoding section's model (`DECODING_FLAGS`, in evaluation mode) and a random cross-attention predictor."""
+    model, _ = cli_default_model(model_size, DECODING_FLAGS)
+    config = model.config
+    generator = torch.Generator().manual_seed(3)
+    heads = config.decoder_attention_heads
+    layers = [random_projections(heads, config.d_model // heads, generator) for _ in range(config.decoder_layers)]
+    return model.eval(), SparsefinderPredictor({"cross": layers})
+
+
+def decoding_inputs(source_length: int, vocab_size: int, pad_token_id: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """`DECODING_BATCH` random sources of 85–100% of ``source_length`` tokens, padded to it, the last one ``</s>``."""
+    generator = torch.Generator().manual_seed(seed)
+    shortest = int(0.85 * source_length)
+    lengths = torch.randint(shortest, source_length + 1, (DECODING_BATCH,), generator=generator)
+    input_ids = torch.randint(3, vocab_size, (DECODING_BATCH, source_length), generator=generator)
+    positions = torch.arange(source_length)
+    input_ids[positions == lengths[:, None] - 1] = 1  # </s>
+    input_ids = input_ids.masked_fill(positions >= lengths[:, None], pad_token_id)
+    return {"input_ids": input_ids, "attention_mask": (input_ids != pad_token_id).long()}
+
+
+def bench_decoding(arguments: argparse.Namespace, report) -> None:
+    model, predictor = decoding_model(arguments.model_size)
+    restricted = f"cross=nearest:keys={arguments.nearest_keys}"
+    report(
+        f"#### Decoding {arguments.new_tokens} tokens, beam {DECODING_BEAMS}, {DECODING_BATCH} sources: "
+        f"cross-attention restricted to each query's {arguments.nearest_keys} nearest keys (`{restricted}`) "
+        "against full attention\n"
+    )
+    report("| source tokens (max) | share of source keys kept | s full attention | s restricted | restricted / full |")
+    report("| ---: | ---: | ---: | ---: | ---: |")
+    # Lengths count the decoder's start token.
+    length = arguments.new_tokens + 1
+
+    def decode(inputs: dict[str, torch.Tensor], settings: str | None):
+        def step():
+            model.set_predicted_sparsity(settings, predictor=predictor if settings else None)
+            with torch.no_grad():
+                model.generate(**inputs, num_beams=DECODING_BEAMS, min_length=length, max_length=length)
+
+        return step
+
+    for source_length in arguments.source_lengths:
+        inputs = decoding_inputs(source_length, model.config.vocab_size, model.config.pad_token_id)
+        kept = min(arguments.nearest_keys, source_length) * DECODING_BATCH / inputs["attention_mask"].sum().item()
+        full, sparse = median_seconds([decode(inputs, None), decode(inputs, restricted)], arguments.repeats)
+        report(f"| {source_length} | {kept:.0%} | {full:.2f} | {sparse:.2f} | {sparse / full:.2f} |")
+    model.set_predicted_sparsity(None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sections = ["attention", "decoding"]
+    parser.add_argument("--sections", nargs="+", choices=sections, default=sections)
+    parser.add_argument("--lengths", nargs="+", type=int, default=[128, 256, 512, 1024, 2048])
+    parser.add_argument("--sparsities", nargs="+", type=float, default=[0.5, 0.8, 0.95])
+    parser.add_argument("--source_lengths", nargs="+", type=int, default=[120, 240, 480], help="decoding's sources")
+    parser.add_argument("--nearest_keys", type=int, default=24, help="decoding's nearest source keys per query")
+    parser.add_argument("--new_tokens", type=int, default=32, help="tokens each decoding makes")
+    parser.add_argument("--model_size", choices=list(MODEL_PRESETS), default=DEFAULT_MODEL_SIZE, help="decoding's")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--markdown",
+        nargs="+",
+        type=Path,
+        help="Also put the tables into these Markdown files (between each section's markers).",
+    )
+    add_threads_option(parser)
+    arguments = parser.parse_args()
+    use_threads(arguments)
+    if not cpu.kernel_available():
+        sys.exit("bench_sparsefinder_speed.py measures the native kernel, which could not be built here")
+
+    report = Report(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads)"
+    )
+    if "attention" in arguments.sections:
+        report.section("sparsefinder-speed")
+        bench_attention(arguments, report)
+    if "decoding" in arguments.sections:
+        report.section("sparsefinder-decoding")
+        bench_decoding(arguments, report)
     if arguments.markdown:
         command = measured_command("bench_sparsefinder_speed.py")
         measured = f"Measured on {time.strftime('%Y-%m-%d')} ({report.header}) with `{command}`."
-        write_tables(arguments.markdown, {"sparsefinder-speed": "\n".join([*report.current, "", measured])})
+        tables = {name: "\n".join([*lines, "", measured]) for name, lines in report.sections.items()}
+        write_tables(arguments.markdown, tables)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from runs import add_threads_option, use_threads
 from tables import measured_command, write_tables
 from tokenizers import Tokenizer, models
 from torch.nn.functional import scaled_dot_product_attention
-from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
+from transformers import HfArgumentParser, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
 from hf_entmax import AdaptiveEntmaxMarianMTModel, entmax, entmax15, sparsemax
 from hf_entmax.kernels.cpu import kernel_available
@@ -175,14 +175,17 @@ def model_batch(config, seed: int, batch_size: int = 64) -> dict[str, torch.Tens
     return batch
 
 
-def cli_default_model(model_size: str | None = None) -> tuple[AdaptiveEntmaxMarianMTModel, ModelArguments]:
-    """The model `hf-entmax train` builds by default (or with ``--model_size model_size``), from its default
-    `ModelArguments`, and those arguments.
+def cli_default_model(
+    model_size: str | None = None, flags: list[str] | None = None
+) -> tuple[AdaptiveEntmaxMarianMTModel, ModelArguments]:
+    """The model `hf-entmax train` builds by default (or with ``--model_size model_size`` and the command's model
+    ``flags``, e.g. ``["--attention_scaling", "none"]``), from its `ModelArguments`, and those arguments.
 
     The command trains its tokenizer on the data; a stand-in with the default vocabulary size and the same special
     tokens (``<pad>`` 0, which also starts decoding, ``</s>`` 1, ``<unk>`` 2) gives the model the same shape.
     """
-    arguments = ModelArguments(model_size=model_size)
+    size = [] if model_size is None else ["--model_size", model_size]
+    (arguments,) = HfArgumentParser(ModelArguments).parse_args_into_dataclasses(args=[*size, *(flags or [])])
     pieces = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {f"piece{index}": index for index in range(3, arguments.vocab_size)}
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel(pieces, unk_token="<unk>")),
