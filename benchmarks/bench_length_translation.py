@@ -402,6 +402,14 @@ def timed_translations(folder: Path, k: int, files: dict, predictor: dict, argum
     return results
 
 
+def decode_exactly(model: torch.nn.Module, batch: dict, new_tokens: int, **generation) -> None:
+    """Decode ``batch`` to exactly ``new_tokens`` tokens, no early end (``generation``: further `generate` settings,
+    e.g. ``num_beams``; the model's own otherwise)."""
+    with torch.no_grad():
+        # Lengths count the decoder's start token.
+        model.generate(**batch, min_length=new_tokens + 1, max_length=new_tokens + 1, **generation)
+
+
 def equal_length_seconds(
     model: torch.nn.Module, tokenizer, sources: list[str], new_tokens: int, batch_size: int
 ) -> float:
@@ -409,11 +417,9 @@ def equal_length_seconds(
     batches of the input order: the cost of the attention at an equal amount of decoding, where full and restricted
     translations of different lengths would time different work."""
     start = time.perf_counter()
-    with torch.no_grad():
-        for first in range(0, len(sources), batch_size):
-            batch = tokenizer(sources[first : first + batch_size], return_tensors="pt", padding=True)
-            # Lengths count the decoder's start token.
-            model.generate(**batch, min_length=new_tokens + 1, max_length=new_tokens + 1)
+    for first in range(0, len(sources), batch_size):
+        batch = tokenizer(sources[first : first + batch_size], return_tensors="pt", padding=True)
+        decode_exactly(model, batch, new_tokens)
     return time.perf_counter() - start
 
 

@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_length_translation import POSITIONS, VARIANTS
+from bench_length_translation import POSITIONS, VARIANTS, decode_exactly
 from bench_speed import Report, cli_default_model, median_seconds
 from runs import add_threads_option, use_threads
 from tables import measured_command, write_tables
@@ -274,14 +274,11 @@ def bench_decoding(arguments: argparse.Namespace, report) -> None:
     )
     report("| source tokens (max) | share of source keys kept | s full attention | s restricted | restricted / full |")
     report("| ---: | ---: | ---: | ---: | ---: |")
-    # Lengths count the decoder's start token.
-    length = arguments.new_tokens + 1
 
     def decode(inputs: dict[str, torch.Tensor], settings: str | None):
         def step():
             model.set_predicted_sparsity(settings, predictor=predictor if settings else None)
-            with torch.no_grad():
-                model.generate(**inputs, num_beams=DECODING_BEAMS, min_length=length, max_length=length)
+            decode_exactly(model, inputs, arguments.new_tokens, num_beams=DECODING_BEAMS)
 
         return step
 

@@ -760,6 +760,16 @@ def test_graph_rows_list_each_rows_pairs_in_order(size):
     )
 
 
+def float64_attention_inputs(
+    batch: int, queries: int, keys: int, generator: torch.Generator
+) -> tuple[torch.Tensor, ...]:
+    """``(query, key, value, alpha)`` in float64 for 4 heads of 8 dimensions, α per head from 1.05 to 2."""
+    query, key, value = (
+        torch.randn(batch, 4, length, 8, generator=generator, dtype=torch.float64) for length in (queries, keys, keys)
+    )
+    return query, key, value, torch.tensor([1.05, 1.3, 1.5, 2.0], dtype=torch.float64).view(1, 4, 1, 1)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("keys", [1, 3, 8, 40])
 def test_nearest_rows_are_the_nearest_graphs_rows(keys, dtype):
@@ -797,11 +807,7 @@ def test_gathered_attention_over_unformed_nearest_keys_is_the_masked_attention_o
     masked path runs."""
     generator = torch.Generator().manual_seed(7)
     batch, heads, queries, keys = 2, 4, 3, 40
-    query, key, value = (
-        torch.randn(batch, heads, length, 8, generator=generator, dtype=torch.float64)
-        for length in (queries, keys, keys)
-    )
-    alpha = torch.tensor([1.05, 1.3, 1.5, 2.0], dtype=torch.float64).view(1, heads, 1, 1)
+    query, key, value, alpha = float64_attention_inputs(batch, queries, keys, generator)
     padding = torch.zeros(batch, 1, 1, keys, dtype=torch.float64)
     padding[1, ..., 30:] = torch.finfo(torch.float64).min
     mask = padding - torch.rand(1, heads, queries, keys, generator=generator, dtype=torch.float64)
@@ -844,11 +850,7 @@ def test_gathered_attention_adds_the_masks_values_on_the_graphs_pairs():
     masked path does: the two agree to float64 rounding."""
     generator = torch.Generator().manual_seed(5)
     batch, heads, queries, keys = 2, 4, 12, 12
-    query, key, value = (
-        torch.randn(batch, heads, length, 8, generator=generator, dtype=torch.float64)
-        for length in (queries, keys, keys)
-    )
-    alpha = torch.tensor([1.05, 1.3, 1.5, 2.0], dtype=torch.float64).view(1, heads, 1, 1)
+    query, key, value, alpha = float64_attention_inputs(batch, queries, keys, generator)
     distances = (torch.arange(queries)[:, None] - torch.arange(keys)).abs().double()
     bias = -torch.tensor([1.0, 0.5, 0.25, 0.0], dtype=torch.float64).view(1, heads, 1, 1) * distances
     padding = torch.zeros(batch, 1, 1, keys, dtype=torch.float64)
