@@ -289,6 +289,11 @@ def max_new_tokens(folder: Path, k: int, arguments: argparse.Namespace) -> int:
     return limit if positions is None else min(limit, positions - 1)
 
 
+def words(text: str) -> int:
+    """The words of ``text``, split at whitespace: the unit of the benchmark's output / reference length ratios."""
+    return len(text.split())
+
+
 def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, target: Path) -> dict:
     """Translate and score one k's input with one run, or read the scores if they exist; return the metrics, with
     ``length_ratio``: the translations' words over the references' (a model that stops after one sentence of k
@@ -312,15 +317,12 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
         target.mkdir(parents=True, exist_ok=True)
         run(command, Path(arguments.output_dir) / "commands.log")
 
-    def words(path: Path) -> int:
-        return len(path.read_text(encoding="utf-8").split())
-
     def sentences(path: Path) -> int:
         return count_sentence_ends(path.read_text(encoding="utf-8"))
 
     return {
         **json.loads(metrics_file.read_text()),
-        "length_ratio": words(output_file) / words(reference),
+        "length_ratio": words(output_file.read_text(encoding="utf-8")) / words(reference.read_text(encoding="utf-8")),
         "sentence_ratio": sentences(output_file) / max(sentences(reference), 1),
     }
 
@@ -373,7 +375,8 @@ def train_predictor(folder: Path, run_name: str, seed: int, arguments: argparse.
 def timed_translations(folder: Path, k: int, files: dict, predictor: dict, arguments) -> dict:
     """Translate one k's test input with full and with restricted attention (the predictor's chosen points), in
     turn, in this process with the model loaded once, as `hf-entmax translate` does; return both scores and the
-    seconds each translation took (loading excluded: the comparison is of the attention)."""
+    seconds each translation took (loading excluded: the comparison is of the attention), and its words over the
+    references' (``length_ratio``: restricted attention that ends translations earlier loses BLEU and time for it)."""
     model, tokenizer = load_translation_model(str(folder), progress=False)
     sources = read_lines(files["source"], None)
     references = read_lines(files["reference"], None)
@@ -393,7 +396,11 @@ def timed_translations(folder: Path, k: int, files: dict, predictor: dict, argum
             progress=False,
         )
         seconds = time.perf_counter() - start
-        results[name] = {**corpus_scores(translations, references), "seconds": seconds}
+        results[name] = {
+            **corpus_scores(translations, references),
+            "seconds": seconds,
+            "length_ratio": words("\n".join(translations)) / words("\n".join(references)),
+        }
         if arguments.equal_tokens_per_join is not None:
             new_tokens = min(k * arguments.equal_tokens_per_join, max_new_tokens(folder, k, arguments))
             results[name]["equal_length_seconds"] = equal_length_seconds(
@@ -425,14 +432,14 @@ def equal_length_seconds(
 
 def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Namespace) -> str:
     """Per k ≥ K, run and seed: the chosen point of each attention type with its held-out sparsity, recall and mass
-    kept, and restricted against full translation (BLEU, wall time)."""
+    kept, and restricted against full translation (BLEU, output length, wall time)."""
     restricted_types = ", ".join(arguments.sparsefinder_types)
     if set(arguments.sparsefinder_types) != set(ATTENTION_TYPES):
         restricted_types += " only"
     lines = [
         "| k | model | seed | chosen points (held-out sparsity / recall / mass kept) | BLEU full | BLEU restricted | "
-        "time restricted / full |",
-        "| ---: | --- | ---: | --- | ---: | ---: | ---: |",
+        "output / reference words, full / restricted | time restricted / full |",
+        "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     equal_length = arguments.equal_tokens_per_join is not None
     if equal_length:
@@ -446,6 +453,7 @@ def sparsefinder_table(timings: dict, predictors: dict, arguments: argparse.Name
         full, restricted = result["full"], result["restricted"]
         lines.append(
             f"| {k} | {name} | {seed} | {points} | {full['bleu']:.2f} | {restricted['bleu']:.2f} | "
+            f"{full['length_ratio']:.2f} / {restricted['length_ratio']:.2f} | "
             f"{restricted['seconds'] / full['seconds']:.2f} |"
             + (f" {restricted['equal_length_seconds'] / full['equal_length_seconds']:.2f} |" if equal_length else "")
         )

@@ -64,7 +64,7 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
         summary = json.loads((folder / "training_summary.json").read_text())
         assert summary["preprocessing"]["document_context"]["max_sentences"] == 2
     lines = [line.split(" | ") for line in completed.stdout.splitlines() if line.startswith("| ") and "+doc2" in line]
-    rows = [line for line in lines if len(line) == 9]  # the first table's
+    rows = [line for line in lines if len(line) == 9 and "`" not in line[3]]  # the first table's (no points)
     assert [(row[0], row[3]) for row in rows] == [
         ("| 2", "softmax+nape-split-cross+doc2"),
         ("| 2", "adaptive+nape-split-cross+doc2"),
@@ -76,12 +76,16 @@ def test_runs_of_each_position_and_data_option_are_trained_checked_and_compared(
     assert rows[1][6] == f"{adaptive - softmax:+.2f}" and rows[0][6] == "–"
 
     # Sparsefinder: a predictor per run, and k = 2 translated with full and with restricted attention.
-    sparse_rows = [line for line in lines if len(line) == 8]  # the second table's: k, model, seed, points, ...
+    sparse_rows = [line for line in lines if "`" in line[3]]  # the second table's: k, model, seed, points, ...
     assert [row[1] for row in sparse_rows] == ["softmax+nape-split-cross+doc2", "adaptive+nape-split-cross+doc2"]
     timings = json.loads((tmp_path / "out" / "results.json").read_text())["sparsefinder"]
     for row in sparse_rows:
         full, restricted = (timings[f"{row[1]} seed0 k2"][name] for name in ("full", "restricted"))
-        assert "cross `" in row[3] and row[6] == f"{restricted['seconds'] / full['seconds']:.2f}"
+        assert "cross `" in row[3] and row[7] == f"{restricted['seconds'] / full['seconds']:.2f}"
+        # Each translation's words over the references' (a restricted one that ends earlier shows it): with full
+        # attention, those of the first table's translation of the same input.
+        assert full["length_ratio"] == pytest.approx(results[f"{row[1]} seed0 k2"]["length_ratio"])
+        assert row[6] == f"{full['length_ratio']:.2f} / {restricted['length_ratio']:.2f}"
         # Decoding exactly 2 tokens a sentence: both timed, the ratio in the last column.
         equal = restricted["equal_length_seconds"] / full["equal_length_seconds"]
         assert row[-1].rstrip(" |") == f"{equal:.2f}" and "exactly k × 2 tokens" in completed.stdout
@@ -202,11 +206,12 @@ def test_sparsefinder_types_restrict_only_the_types_named_at_the_sparsest_point_
         "decoder_self": ("distance:0", 0.3, 0.95, 0.99),
         "cross": ("nearest:1", 0.9, 0.96, 0.99),
     }
-    full, restricted = {"bleu": 20.0, "seconds": 2.0}, {"bleu": 19.5, "seconds": 1.5}
+    full = {"bleu": 20.0, "seconds": 2.0, "length_ratio": 0.552}
+    restricted = {"bleu": 19.5, "seconds": 1.5, "length_ratio": 0.512}
     timings = {("run", 0, 8): {"full": full, "restricted": restricted}}
     markdown = bench.sparsefinder_table(timings, {("run", 0): predictor}, arguments)
     row = "| 8 | run | 0 | decoder_self `distance:0` (30% / 95% / 99.0%); cross `nearest:1` (90% / 96% / 99.0%) |"
-    assert f"{row} 20.00 | 19.50 | 0.75 |" in markdown
+    assert f"{row} 20.00 | 19.50 | 0.55 / 0.51 | 0.75 |" in markdown
     assert "restricted attention in decoder_self, cross only" in markdown
 
 
