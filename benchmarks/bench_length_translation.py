@@ -317,13 +317,11 @@ def translate(folder: Path, k: int, files: dict, arguments: argparse.Namespace, 
         target.mkdir(parents=True, exist_ok=True)
         run(command, Path(arguments.output_dir) / "commands.log")
 
-    def sentences(path: Path) -> int:
-        return count_sentence_ends(path.read_text(encoding="utf-8"))
-
+    output, expected = (path.read_text(encoding="utf-8") for path in (output_file, reference))
     return {
         **json.loads(metrics_file.read_text()),
-        "length_ratio": words(output_file.read_text(encoding="utf-8")) / words(reference.read_text(encoding="utf-8")),
-        "sentence_ratio": sentences(output_file) / max(sentences(reference), 1),
+        "length_ratio": words(output) / words(expected),
+        "sentence_ratio": count_sentence_ends(output) / max(count_sentence_ends(expected), 1),
     }
 
 
