@@ -4,7 +4,7 @@ MQMTAR and flip-flop, softmax vs SSMax vs 1.5-entmax vs adaptive α-entmax vs AS
     python benchmarks/bench_length_decoder_only.py [--tasks copy reverse sort mqmtar] [--positions nape rope]
         [--variants softmax ssmax entmax15 adaptive adaptive_matched asentmax asentmax_per_token] [--seeds 0 1 2]
         [--steps 2000] [--train_min_length 32 --train_max_length 64] [--test_multiples 1 2 4 8 16 64]
-        [--markdown docs/benchmarks.md]
+        [--filler_max 0] [--markdown docs/benchmarks.md]
 
 The setting of the reference code (github deep-spin/asentmax, ``synthetic/``): one sequence
 ``<bos> source <sep> target <eos>`` per example, a causal `AdaptiveEntmaxMarianForCausalLM` trained with the loss on
@@ -26,6 +26,12 @@ position, shows how far into a long answer a model stays right. ``length`` is th
 
 Training strings have lengths drawn uniformly from [--train_min_length, --train_max_length] ([32, 64], the
 reference's ``seq_len 48 ± 16``); test strings have exactly ``multiple × --train_max_length`` (64 … 4,096 by default).
+
+``--filler_max N`` (0 by default; not in the reference) puts 0 … N filler tokens (a token of their own, their number
+drawn uniformly per string) between ``<bos>`` and each training source; test sources have none. Small models can learn
+copy by pairing the t-th output with the t-th symbol after ``<bos>`` (heads without a position bias can count under
+the causal mask), which fails past the training lengths; with fillers no fixed index marks a symbol, so that finding
+it by its content (an induction head) is the cue left.
 
 Variants (`VARIANTS`), which differ only in the attention:
 
@@ -201,6 +207,21 @@ def task_symbols(task: str, arguments: argparse.Namespace) -> int:
     return arguments.symbols
 
 
+def filler_token(task: str, arguments: argparse.Namespace) -> int:
+    """The token of ``--filler_max``'s fillers: the one after the task's own (the vocabulary has it only then)."""
+    return FIRST_SYMBOL + task_symbols(task, arguments)
+
+
+def with_fillers(pairs: list, arguments: argparse.Namespace, filler: int, generator: torch.Generator) -> list:
+    """The pairs with 0 … ``--filler_max`` ``filler`` tokens (uniform, drawn per pair) before each source: a string's
+    symbols then sit at no fixed index from ``<bos>``, so that counting from it cannot stand in for their content."""
+    counts = torch.randint(0, arguments.filler_max + 1, (len(pairs),), generator=generator).tolist()
+    return [
+        (torch.cat([torch.full((count,), filler), source]), target)
+        for count, (source, target) in zip(counts, pairs, strict=True)
+    ]
+
+
 def samples(task: str, lengths: Sequence[int], arguments: argparse.Namespace, generator: torch.Generator) -> list:
     """One ``(source, target)`` pair of the task per length, in the model's tokens (the task's shifted past the
     special ones)."""
@@ -292,7 +313,7 @@ def build_model(task: str, positions: str, variant: str, arguments: argparse.Nam
         torch.manual_seed(seed)
         ffn = arguments.ffn_multiple * arguments.d_model
         config = AdaptiveEntmaxMarianConfig(
-            vocab_size=FIRST_SYMBOL + task_symbols(task, arguments),
+            vocab_size=filler_token(task, arguments) + (1 if arguments.filler_max else 0),
             d_model=arguments.d_model,
             decoder_layers=arguments.layers,
             decoder_attention_heads=arguments.heads,
@@ -302,8 +323,8 @@ def build_model(task: str, positions: str, variant: str, arguments: argparse.Nam
             encoder_layers=arguments.layers,
             encoder_attention_heads=arguments.heads,
             encoder_ffn_dim=ffn,
-            # Relative positions have no table; this only has to cover the longest test sequence.
-            max_position_embeddings=2 * max_test_length(arguments) + 64,
+            # Relative positions have no table; this only has to cover the longest sequence.
+            max_position_embeddings=2 * max_test_length(arguments) + arguments.filler_max + 64,
             pad_token_id=PAD,
             eos_token_id=EOS,
             bos_token_id=BOS,
@@ -351,6 +372,8 @@ def train(model, task: str, arguments: argparse.Namespace, seed: int, label: str
 
     def next_batch() -> dict[str, torch.Tensor]:
         pairs = samples(task, training_lengths(arguments, data), arguments, data)
+        if arguments.filler_max:
+            pairs = with_fillers(pairs, arguments, filler_token(task, arguments), data)
         return {name: tensor.to(model.device) for name, tensor in training_batch(pairs).items()}
 
     return length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log)
@@ -424,8 +447,11 @@ SETTINGS = (
 
 
 def run_settings(variant: str, arguments: argparse.Namespace) -> dict:
-    """What a run's result depends on: the settings above and the variant's config overrides."""
-    return {**{name: getattr(arguments, name) for name in SETTINGS}, "variant": VARIANTS[variant]}
+    """What a run's result depends on: the settings above, ``--filler_max`` where it is used and the variant's config
+    overrides. (Without fillers the settings are those of the runs measured before the option existed, which stay
+    readable.)"""
+    fillers = {"filler_max": arguments.filler_max} if arguments.filler_max else {}
+    return {**{name: getattr(arguments, name) for name in SETTINGS}, **fillers, "variant": VARIANTS[variant]}
 
 
 def run_one(task: str, positions: str, variant: str, seed: int, arguments: argparse.Namespace, log) -> dict:
@@ -458,7 +484,12 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
         f"{arguments.learning_rate:g} with {arguments.warmup:.0%} warm-up then cosine; d_model {arguments.d_model}, "
         f"{arguments.layers} layers, {arguments.heads} heads, FFN {arguments.ffn_multiple}×, no dropout. "
         "`nape`: ALiBi on half of the heads, no position on the others (SSMax and ASEntmax scale those only); `rope`: "
-        "rotary positions on all heads.",
+        "rotary positions on all heads."
+        + (
+            f" Each training source starts after 0–{arguments.filler_max} filler tokens (test sources after none)."
+            if arguments.filler_max
+            else ""
+        ),
     ]
     return "\n".join(lines)
 
@@ -479,6 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--mqmtar_alphabet", type=int, default=32, help="MQMTAR: letters keys and values are made of")
     add("--mqmtar_queries", type=int, default=4, help="MQMTAR: queries per string")
     add("--flip_flop_write_prob", type=float, default=0.1, help="flip-flop: probability of a write command")
+    add("--filler_max", type=int, default=0, help="up to this many filler tokens before each training source")
     add("--steps", type=int, default=2000)
     add("--batch_size", type=int, default=32)
     add("--learning_rate", type=float, default=recipe["learning_rate"])
@@ -512,6 +544,8 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
             f"--train_max_length ({arguments.train_max_length}) is below --train_min_length "
             f"({arguments.train_min_length})"
         )
+    if arguments.filler_max < 0:
+        parser.error(f"--filler_max is a number of tokens, 0 or more, got {arguments.filler_max}")
     if not 0 <= arguments.warmup <= 1:
         parser.error(f"--warmup is a share of the steps, in [0, 1], got {arguments.warmup}")
     if not 0 < arguments.flip_flop_write_prob < 1:

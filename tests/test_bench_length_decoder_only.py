@@ -121,6 +121,37 @@ def test_the_training_batch_labels_the_target_and_its_eos_only(arguments):
         assert batch["labels"][row, labelled].tolist() == [*target.tolist(), bench.EOS]
 
 
+def test_fillers_come_between_bos_and_the_source_and_their_number_varies(arguments):
+    arguments.filler_max = 3
+    filler = bench.filler_token("copy", arguments)
+    assert filler == bench.FIRST_SYMBOL + arguments.symbols  # after every symbol of the task
+    pairs = bench.samples("copy", [5] * 200, arguments, generator())
+    filled = bench.with_fillers(pairs, arguments, filler, generator(1))
+    counts = set()
+    for (source, target), (filled_source, filled_target) in zip(pairs, filled, strict=True):
+        count = len(filled_source) - len(source)
+        counts.add(count)
+        assert filled_source.tolist() == [filler] * count + source.tolist() and torch.equal(filled_target, target)
+    assert counts == {0, 1, 2, 3}
+    # The loss stays on the target: the fillers are part of the prompt.
+    batch = bench.training_batch(filled[:2])
+    for row, (source, target) in enumerate(filled[:2]):
+        labelled = (batch["labels"][row] != -100).nonzero().flatten().tolist()
+        assert labelled == list(range(len(source) + 2, len(source) + len(target) + 3))
+    model = tiny_model(arguments)
+    assert model.config.vocab_size == filler + 1
+    assert torch.isfinite(model(**batch).loss)
+
+
+def test_fillers_are_a_setting_of_the_runs_that_use_them_only(arguments):
+    assert "filler_max" not in bench.run_settings("softmax", arguments)  # as runs measured before the option
+    assert tiny_model(arguments).config.vocab_size == bench.filler_token("copy", arguments)
+    arguments.filler_max = 4
+    assert bench.run_settings("softmax", arguments)["filler_max"] == 4
+    with pytest.raises(SystemExit):
+        bench.parse_arguments([*TINY, "--filler_max", "-1"])
+
+
 def test_the_loss_is_the_cross_entropy_of_the_target_positions(arguments):
     model = tiny_model(arguments)
     batch = bench.training_batch(bench.samples("copy", [4, 7], arguments, generator()))
@@ -239,3 +270,16 @@ def test_a_tiny_benchmark_writes_its_table_between_the_markers_and_reuses_its_ru
     bench.main(command)  # everything finished: read, not trained
     output = capsys.readouterr().out
     assert output.count("finished before") == 2 and "training 3 steps" not in output
+
+
+def test_a_run_with_fillers_trains_on_them_and_says_so_in_its_table(tmp_path, monkeypatch):
+    seen = []
+    training_batch = bench.training_batch
+    monkeypatch.setattr(bench, "training_batch", lambda pairs: seen.append(pairs) or training_batch(pairs))
+    document = tmp_path / "benchmarks.md"
+    document.write_text("<!-- table:length-decoder-only -->\n<!-- /table:length-decoder-only -->\n")
+    command = [*TINY, "--output_dir", str(tmp_path / "out"), "--tasks", "copy", "--positions", "nape"]
+    bench.main([*command, "--variants", "softmax", "--seeds", "0", "--filler_max", "5", "--markdown", str(document)])
+    filler = bench.filler_token("copy", bench.parse_arguments(TINY))
+    assert len(seen) == 3 and any(source[0] == filler for pairs in seen for source, _ in pairs)
+    assert "after 0–5 filler tokens" in document.read_text() and "--filler_max 5" in document.read_text()
