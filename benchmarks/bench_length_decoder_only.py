@@ -4,7 +4,7 @@ MQMTAR and flip-flop, softmax vs SSMax vs 1.5-entmax vs adaptive α-entmax vs AS
     python benchmarks/bench_length_decoder_only.py [--tasks copy reverse sort mqmtar] [--positions nape rope]
         [--variants softmax ssmax entmax15 adaptive adaptive_matched asentmax asentmax_per_token] [--seeds 0 1 2]
         [--steps 2000] [--train_min_length 32 --train_max_length 64] [--test_multiples 1 2 4 8 16 64]
-        [--filler_max 0] [--markdown docs/benchmarks.md]
+        [--filler_max 0] [--save_models] [--markdown docs/benchmarks.md]
 
 The setting of the reference code (github deep-spin/asentmax, ``synthetic/``): one sequence
 ``<bos> source <sep> target <eos>`` per example, a causal `AdaptiveEntmaxMarianForCausalLM` trained with the loss on
@@ -69,7 +69,9 @@ string of a batch has written ``<eos>``. Our own loop, rather than `generate`, i
 decodes as fast as `generate` and gives the same tokens (tests/test_bench_length_decoder_only.py).
 
 Runs already finished in --output_dir are read, not repeated (their settings must match; another --output_dir
-otherwise). ``--markdown docs/benchmarks.md`` writes the table between the markers ``table:length-decoder-only``.
+otherwise). ``--save_models`` also keeps each model it trains in its run folder's ``model/`` (`AutoModelForCausalLM`
+loads it), to look at its outputs and attention later without training it again. ``--markdown docs/benchmarks.md``
+writes the table between the markers ``table:length-decoder-only``.
 """
 
 import argparse
@@ -527,6 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--prefill_chunk", type=int, default=1024, help="prompt tokens read into the cache at once")
     add("--log_every", type=int, default=250)
     add_threads_option(parser)
+    length_runs.add_save_models_option(parser)
     add("--device", default="cpu", help="cpu, cuda or cuda:N (training and test)")
     add("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     return parser

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_length_synthetic.py [--tasks copy reverse sort] [--seeds 0 1 2] [--steps 3000]
         [--train_length 16] [--test_multiples 1 2 4 8 16 64] [--positions plain offset rope alibi nape]
-        [--markdown docs/benchmarks.md]
+        [--save_models] [--markdown docs/benchmarks.md]
 
 Each task maps a string of random symbols to a string: `copy` (itself), `reverse` (reversed) and `sort` (its symbols
 in ascending order). A small `AdaptiveEntmaxMarianMTModel` (d_model 64, 2+2 layers, 4 heads, FFN 256, no dropout by
@@ -52,10 +52,12 @@ Long tests are costly (a 1,024-symbol string takes 1,025 decoding steps over 1,0
 128 at 8×, 64 at 16× and 32 at 64× (the table says how many). The accuracy's resolution is 1/count.
 
 Runs already finished in --output_dir are read, not repeated (their settings must match; another --output_dir
-otherwise). ``--markdown docs/benchmarks.md`` writes the table between the markers ``table:length-synthetic``, or,
-for runs of relative positions, ``table:length-synthetic-relative`` (self-attention only) or
-``table:length-synthetic-cross`` (`…-cross`, in cross-attention too): the three kinds of rows answer different
-questions and are run separately (a run of two kinds with ``--markdown`` is refused).
+otherwise). ``--save_models`` also keeps each model it trains in its run folder's ``model/`` (`AutoModelForSeq2SeqLM`
+loads it), to look at its outputs and attention later without training it again. ``--markdown docs/benchmarks.md``
+writes the table between the markers ``table:length-synthetic``, or, for runs of relative positions,
+``table:length-synthetic-relative`` (self-attention only) or ``table:length-synthetic-cross`` (`…-cross`, in
+cross-attention too): the three kinds of rows answer different questions and are run separately (a run of two kinds
+with ``--markdown`` is refused).
 """
 
 import argparse
@@ -361,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval_tokens", type=int, default=32768, help="source symbols per generate call")
     parser.add_argument("--log_every", type=int, default=500)
     add_threads_option(parser)
+    length_runs.add_save_models_option(parser)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (training and test)")
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     arguments = parser.parse_args(argv)

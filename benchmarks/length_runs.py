@@ -53,6 +53,15 @@ def use_device(arguments: argparse.Namespace, fail: Callable[[str], NoReturn]) -
         fail(f"--device {arguments.device}: not usable here ({error})")
 
 
+def add_save_models_option(parser: argparse.ArgumentParser) -> None:
+    """``--save_models``: keep each trained model (`save_pretrained`) in its run folder's ``model/``."""
+    parser.add_argument(
+        "--save_models",
+        action="store_true",
+        help="save each model it trains in its run folder's model/, to inspect it later without training it again",
+    )
+
+
 def recipe_optimizer(model: nn.Module, learning_rate: float) -> torch.optim.AdamW:
     """AdamW with the `from-scratch` recipe's betas and weight decay at ``learning_rate``; α logits (where the model
     learns α) at the recipe's multiple of it, as `hf-entmax train` sets them."""
@@ -125,7 +134,8 @@ def run_or_read(
 ) -> dict:
     """One run: ``build()`` a model, ``train(model)`` it (its dict of training figures goes into the result), and
     measure ``accuracy(model, length)`` (exact match, share of ``unit`` right, share right before each string's first
-    wrong one) at each ``--test_multiples`` × ``train_length``; its result is written to ``folder/result.json``. A
+    wrong one) at each ``--test_multiples`` × ``train_length``; its result is written to ``folder/result.json``, and
+    with ``--save_models`` the model to ``folder/model``. A
     run that finished before is read from there instead, if it was measured with the same ``settings``; with other
     settings the benchmark stops."""
     result_file = folder / "result.json"
@@ -136,6 +146,8 @@ def run_or_read(
                 f"{result_file} was measured with other settings ({result['settings']}); use another --output_dir"
             )
         log(f"{label}: finished before, read from {result_file}")
+        if arguments.save_models and not (folder / "model").is_dir():
+            log("  no model saved: it was trained without --save_models (another --output_dir trains it again)")
         return result
     log(f"{label}: training {arguments.steps} steps")
     model = build().to(arguments.device)
@@ -165,6 +177,8 @@ def run_or_read(
     speed = f" ({trained['steps per second']} steps/s)" if "steps per second" in trained else ""
     log(f"  cost: {result['training seconds']:.0f} s training{speed}, {result['test seconds']:.0f} s testing")
     folder.mkdir(parents=True, exist_ok=True)
+    if arguments.save_models:  # before result.json, which marks the run finished
+        model.save_pretrained(folder / "model")
     result_file.write_text(json.dumps(result, indent=1))
     return result
 

@@ -283,3 +283,31 @@ def test_a_run_with_fillers_trains_on_them_and_says_so_in_its_table(tmp_path, mo
     filler = bench.filler_token("copy", bench.parse_arguments(TINY))
     assert len(seen) == 3 and any(source[0] == filler for pairs in seen for source, _ in pairs)
     assert "after 0–5 filler tokens" in document.read_text() and "--filler_max 5" in document.read_text()
+
+
+def test_a_saved_model_is_the_one_that_was_scored(tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    output_dir = tmp_path / "out"
+    command = [*TINY, "--output_dir", str(output_dir), "--tasks", "copy", "--positions", "nape"]
+    command += ["--variants", "asentmax", "--seeds", "0", "--save_models"]
+    bench.main(command)
+    folder = output_dir / "copy" / "nape" / "asentmax" / "seed0"
+    result = json.loads((folder / "result.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(folder / "model")
+    arguments = bench.parse_arguments(TINY)
+    untrained = tiny_model(arguments, "copy", "nape", "asentmax").state_dict()
+    saved = model.state_dict()
+    assert saved.keys() == untrained.keys()
+    assert not all(torch.equal(saved[name], untrained[name]) for name in saved)  # trained, not only built
+    for multiple in ("1", "2"):
+        length = int(multiple) * arguments.train_max_length
+        assert bench.test_accuracy(model, "copy", length, arguments) == (
+            result["exact match"][multiple],
+            result["symbol accuracy"][multiple],
+            result["right prefix"][multiple],
+        )
+    capsys.readouterr()
+    bench.main([*command[:-1], "--output_dir", str(tmp_path / "other")])  # trained without saving
+    bench.main([*command[:-1], "--output_dir", str(tmp_path / "other"), "--save_models"])
+    assert "no model saved" in capsys.readouterr().out
