@@ -168,6 +168,9 @@ def stop_after_first_checkpoint(arguments: list[str], cwd: Path, run: Path) -> s
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # SIGINT as in a terminal: a shell without job control starts a background command (`pytest … &`) with
+        # SIGINT ignored, the benchmark would inherit that, and Python then never raises KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     while process.poll() is None and not list(run.glob("checkpoint-*/trainer_state.json")):
         time.sleep(0.02)
