@@ -135,9 +135,8 @@ def run_or_read(
     """One run: ``build()`` a model, ``train(model)`` it (its dict of training figures goes into the result), and
     measure ``accuracy(model, length)`` (exact match, share of ``unit`` right, share right before each string's first
     wrong one) at each ``--test_multiples`` × ``train_length``; its result is written to ``folder/result.json``, and
-    with ``--save_models`` the model to ``folder/model``. A
-    run that finished before is read from there instead, if it was measured with the same ``settings``; with other
-    settings the benchmark stops."""
+    with ``--save_models`` the model to ``folder/model``. A run that finished before is read from there instead, if
+    it was measured with the same ``settings``; with other settings the benchmark stops."""
     result_file = folder / "result.json"
     if result_file.exists():
         result = json.loads(result_file.read_text())
