@@ -4,7 +4,7 @@ MQMTAR and flip-flop, softmax vs SSMax vs 1.5-entmax vs adaptive α-entmax vs AS
     python benchmarks/bench_length_decoder_only.py [--tasks copy reverse sort mqmtar] [--positions nape rope]
         [--variants softmax ssmax entmax15 adaptive adaptive_matched asentmax asentmax_per_token] [--seeds 0 1 2]
         [--steps 2000] [--train_min_length 32 --train_max_length 64] [--test_multiples 1 2 4 8 16 64]
-        [--filler_max 0] [--save_models] [--markdown docs/benchmarks.md]
+        [--filler_max 0] [--attention_scaling_projection_bias] [--save_models] [--markdown docs/benchmarks.md]
 
 The setting of the reference code (github deep-spin/asentmax, ``synthetic/``): one sequence
 ``<bos> source <sep> target <eos>`` per example, a causal `AdaptiveEntmaxMarianForCausalLM` trained with the loss on
@@ -40,8 +40,10 @@ Variants (`VARIANTS`), which differ only in the attention:
 - `adaptive`: α learned per head from the paper's random start, queries unscaled; `adaptive_matched`: the same with
   softmax-matched queries (× n^(1 − α), hf_entmax's default for fresh models);
 - `asentmax`: α = 1.5, fixed, queries × (1 + β_h · log(n + 1)^γ_h) with β_h, γ_h learned per head;
-  `asentmax_per_token`: the same with β and γ computed from each query token's hidden state. The reference's
-  ASEntmax runs fix α (its ``entmax_alpha: 1.5``, never a parameter) and learn only the scale, so these do too.
+  `asentmax_per_token`: the same with β and γ computed from each query token's hidden state (by maps without a bias;
+  ``--attention_scaling_projection_bias`` gives them one, as every reproduction command of the reference). The
+  reference's ASEntmax runs fix α (its ``entmax_alpha: 1.5``, never a parameter) and learn only the scale, so these do
+  too.
 
 Under NAPE, SSMax and ASEntmax scale the heads without a position bias only (the config's default there, as in the
 reference), softmax-matched queries every head; under RoPE every variant scales all heads.
@@ -340,7 +342,7 @@ def build_model(task: str, positions: str, variant: str, arguments: argparse.Nam
         )
         return AdaptiveEntmaxMarianForCausalLM(config)
 
-    model = draw(VARIANTS[variant])
+    model = draw(variant_config(variant, arguments))
     if variant != "softmax":
         shared = draw(VARIANTS["softmax"]).state_dict()
         own = model.state_dict()
@@ -351,6 +353,15 @@ def build_model(task: str, positions: str, variant: str, arguments: argparse.Nam
             }
         )
     return model
+
+
+def variant_config(variant: str, arguments: argparse.Namespace) -> dict:
+    """The variant's config overrides (`VARIANTS`), with biases in per-token ASEntmax's maps where
+    ``--attention_scaling_projection_bias`` asks for them (as the reference's reproduction commands)."""
+    overrides = VARIANTS[variant]
+    if arguments.attention_scaling_projection_bias and overrides.get("attention_scaling") == "asentmax_per_token":
+        overrides = {**overrides, "attention_scaling_projection_bias": True}
+    return overrides
 
 
 def max_test_length(arguments: argparse.Namespace) -> int:
@@ -453,7 +464,11 @@ def run_settings(variant: str, arguments: argparse.Namespace) -> dict:
     overrides. (Without fillers the settings are those of the runs measured before the option existed, which stay
     readable.)"""
     fillers = {"filler_max": arguments.filler_max} if arguments.filler_max else {}
-    return {**{name: getattr(arguments, name) for name in SETTINGS}, **fillers, "variant": VARIANTS[variant]}
+    return {
+        **{name: getattr(arguments, name) for name in SETTINGS},
+        **fillers,
+        "variant": variant_config(variant, arguments),
+    }
 
 
 def run_one(task: str, positions: str, variant: str, seed: int, arguments: argparse.Namespace, log) -> dict:
@@ -513,6 +528,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--mqmtar_queries", type=int, default=4, help="MQMTAR: queries per string")
     add("--flip_flop_write_prob", type=float, default=0.1, help="flip-flop: probability of a write command")
     add("--filler_max", type=int, default=0, help="up to this many filler tokens before each training source")
+    add(
+        "--attention_scaling_projection_bias",
+        action="store_true",
+        help="asentmax_per_token: a bias per head in the maps of β and γ (the reference's attn_scale_proj_bias)",
+    )
     add("--steps", type=int, default=2000)
     add("--batch_size", type=int, default=32)
     add("--learning_rate", type=float, default=recipe["learning_rate"])
@@ -546,6 +566,10 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(
             f"--train_max_length ({arguments.train_max_length}) is below --train_min_length "
             f"({arguments.train_min_length})"
+        )
+    if arguments.attention_scaling_projection_bias and "asentmax_per_token" not in arguments.variants:
+        parser.error(
+            "--attention_scaling_projection_bias is for per-token ASEntmax: add asentmax_per_token to --variants"
         )
     if arguments.filler_max < 0:
         parser.error(f"--filler_max is a number of tokens, 0 or more, got {arguments.filler_max}")

@@ -152,6 +152,17 @@ def test_fillers_are_a_setting_of_the_runs_that_use_them_only(arguments):
         bench.parse_arguments([*TINY, "--filler_max", "-1"])
 
 
+def test_projection_biases_are_a_setting_of_per_token_runs_that_ask_for_them(arguments):
+    assert "attention_scaling_projection_bias" not in bench.run_settings("asentmax_per_token", arguments)["variant"]
+    biased = bench.parse_arguments([*TINY, "--attention_scaling_projection_bias"])
+    assert bench.run_settings("asentmax_per_token", biased)["variant"]["attention_scaling_projection_bias"] is True
+    assert bench.run_settings("asentmax", biased) == bench.run_settings("asentmax", arguments)
+    model = tiny_model(biased, variant="asentmax_per_token")
+    assert model.model.decoder.layers[0].self_attn.scale_beta_proj.bias is not None
+    with pytest.raises(SystemExit):  # a flag that no variant of the run would use
+        bench.parse_arguments([*TINY, "--attention_scaling_projection_bias", "--variants", "softmax", "asentmax"])
+
+
 def test_the_loss_is_the_cross_entropy_of_the_target_positions(arguments):
     model = tiny_model(arguments)
     batch = bench.training_batch(bench.samples("copy", [4, 7], arguments, generator()))

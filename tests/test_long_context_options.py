@@ -315,7 +315,7 @@ def test_per_token_scaling_under_nape_is_described_trained_without_decay_and_ana
     assert "ASEntmax per token" in section
 
 
-def test_per_token_scaling_of_a_checkpoint_loads_and_converts(tmp_path, marian_folder, train_tokenizer):
+def test_per_token_scaling_of_a_checkpoint_loads_and_converts(tmp_path, marian_folder, train_tokenizer, capsys):
     model = checkpoint_model(marian_folder, train_tokenizer, "--attention_scaling", "asentmax_per_token")
     assert model.model.encoder.layers[0].self_attn.scale_beta_proj is not None
     model.save_pretrained(tmp_path / "scaled")
@@ -325,8 +325,58 @@ def test_per_token_scaling_of_a_checkpoint_loads_and_converts(tmp_path, marian_f
     assert torch.equal(weight, model.model.encoder.layers[0].self_attn.scale_gamma_proj.weight)
     plain = checkpoint_model(tmp_path / "scaled", train_tokenizer, "--attention_scaling", "none")
     assert plain.model.encoder.layers[0].self_attn.scale_beta_proj is None
+    # Maps that gain a bias keep their weights and start it at 0; a run that stops scaling per token drops it.
+    biased = checkpoint_model(tmp_path / "scaled", train_tokenizer, "--attention_scaling_projection_bias", "True")
+    projection = biased.model.encoder.layers[0].self_attn.scale_gamma_proj
+    assert torch.equal(projection.weight, weight) and torch.equal(projection.bias, torch.zeros_like(projection.bias))
+    with torch.no_grad():
+        projection.bias.fill_(0.25)
+    biased.save_pretrained(tmp_path / "biased")
+    train_tokenizer.save_pretrained(tmp_path / "biased")
+    resumed = checkpoint_model(tmp_path / "biased", train_tokenizer)
+    assert (resumed.model.encoder.layers[0].self_attn.scale_gamma_proj.bias == 0.25).all()
+    unbiased = checkpoint_model(tmp_path / "biased", train_tokenizer, "--attention_scaling_projection_bias", "False")
+    assert unbiased.model.encoder.layers[0].self_attn.scale_gamma_proj.bias is None
+    per_head = checkpoint_model(tmp_path / "biased", train_tokenizer, "--attention_scaling", "asentmax")
+    assert not per_head.config.attention_scaling_projection_bias
     argv = ["convert", "--model", str(marian_folder), "--output", str(tmp_path / "converted"), "--no-check_load"]
-    assert main([*argv, "--attention_scaling", "asentmax_per_token"]) == 0
+    assert main([*argv, "--attention_scaling", "asentmax_per_token", "--attention_scaling_projection_bias"]) == 0
+    converted = AdaptiveEntmaxMarianMTModel.from_pretrained(tmp_path / "converted")
+    assert converted.model.decoder.layers[0].encoder_attn.scale_beta_proj.bias is not None
+    capsys.readouterr()
+    argv[argv.index("--output") + 1] = str(tmp_path / "unused")
+    assert main([*argv, "--attention_scaling", "asentmax", "--attention_scaling_projection_bias"]) != 0
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after the loading's progress bar
+    assert "`attention_scaling_projection_bias`=True adds a bias to per-token ASEntmax's maps" in error
+    assert not (tmp_path / "unused").exists()
+
+
+def test_a_run_that_changes_a_checkpoints_learned_scaling_starts_the_new_one_afresh(
+    tmp_path, marian_folder, train_tokenizer
+):
+    ssmax = checkpoint_model(marian_folder, train_tokenizer, "--attention_scaling", "ssmax")
+    ssmax.save_pretrained(tmp_path / "ssmax")
+    train_tokenizer.save_pretrained(tmp_path / "ssmax")
+    s = ssmax.get_attention_scales()["encoder_self"]["beta"]
+    # SSMax's s and ASEntmax's β share a parameter's name: β starts from U(0.1, 1), not from s ~ N(1, 0.01²).
+    asentmax = checkpoint_model(tmp_path / "ssmax", train_tokenizer, "--attention_scaling", "asentmax")
+    scales = asentmax.get_attention_scales()["encoder_self"]
+    assert not torch.equal(scales["beta"], s) and ((scales["beta"] >= 0.1) & (scales["beta"] <= 1.0)).all()
+    assert torch.isfinite(scales["gamma"]).all() and scales["gamma"].abs().max() < 1.0
+    per_token = checkpoint_model(tmp_path / "ssmax", train_tokenizer, "--attention_scaling", "asentmax_per_token")
+    assert per_token.get_attention_scales() == {} and per_token.model.encoder.layers[0].self_attn.scale_beta is None
+
+
+def test_per_token_scaling_with_a_projection_bias_says_so_everywhere(tmp_path, tokenizer):
+    settings = {"attention_scaling": "asentmax_per_token", "attention_scaling_projection_bias": True}
+    model = tiny_model(vocab_size=len(tokenizer), **settings)
+    formula = "β = softplus(W_β h + b_β), γ = 2·tanh(W_γ h + b_γ) per token"
+    lines = describe_scaling(model, read_starting_point(None), settings)
+    assert formula in lines[0] and "(ASEntmax per token, new; given)" in lines[0]
+    assert formula in scaling_tables(model)
+    analysis = analyze_model(model, SENTENCES[0::2], SENTENCES[1::2], tokenizer=tokenizer, progress=False)
+    assert analysis.attention["cross"].scaling.to_dict()["projection_bias"] is True
+    assert any(formula in text for text in findings(analysis))
 
 
 def test_ssmax_is_described_logged_carded_and_analysed(tmp_path, tokenizer):

@@ -352,6 +352,40 @@ def test_per_token_scaling_comes_from_each_tokens_hidden_state_and_learns():
     assert module.scale_gamma_proj.weight.grad.abs().sum() > 0
 
 
+def test_per_token_scaling_maps_with_a_bias_start_as_without_it_and_learn_it():
+    plain = tiny_decoder(attention_scaling="asentmax_per_token")
+    biased = tiny_decoder(attention_scaling="asentmax_per_token", attention_scaling_projection_bias=True)
+    module = biased.model.decoder.layers[0].self_attn
+    assert torch.equal(module.scale_beta_proj.bias, torch.zeros(4))  # b_β = b_γ = 0: the maps without a bias
+    missing, unexpected = plain.load_state_dict(biased.state_dict(), strict=False)
+    assert not missing and len(unexpected) == 4 and all(key.endswith("proj.bias") for key in unexpected)
+    tokens = torch.tensor([[BOS, 5, 9, 7, 11]])
+    torch.testing.assert_close(biased(input_ids=tokens).logits, plain(input_ids=tokens).logits, rtol=0, atol=0)
+
+    with torch.no_grad():
+        module.scale_beta_proj.bias.copy_(torch.tensor([0.5, -1.0, 2.0, 0.0]))
+        module.scale_gamma_proj.bias.copy_(torch.tensor([-0.3, 0.2, 0.0, 1.0]))
+    states = torch.randn(2, 3, 32, generator=torch.Generator().manual_seed(1))
+    factor = module.query_scale(None, 10, torch.float32, query_hidden_states=states)  # (2, H, 3, 1)
+    beta = torch.nn.functional.softplus(states @ module.scale_beta_proj.weight.T + module.scale_beta_proj.bias)
+    gamma = 2 * torch.tanh(states @ module.scale_gamma_proj.weight.T + module.scale_gamma_proj.bias)
+    torch.testing.assert_close(factor.squeeze(-1), (1.0 + beta * math.log(11) ** gamma).transpose(1, 2))
+    biased.train()
+    biased(input_ids=tokens, labels=tokens).loss.backward()
+    assert module.scale_beta_proj.bias.grad.abs().sum() > 0 and module.scale_gamma_proj.bias.grad.abs().sum() > 0
+
+
+def test_a_projection_bias_needs_per_token_scaling():
+    with pytest.raises(StrictDataclassError, match="which no attention type has: set attention_scaling"):
+        tiny_config(attention_scaling="asentmax", attention_scaling_projection_bias=True)
+    with pytest.raises(StrictDataclassError, match="expected bool"):
+        tiny_config(attention_scaling="asentmax_per_token", attention_scaling_projection_bias="yes")
+    # One attention type's per-token scaling is enough, and only its maps get the bias.
+    model = tiny_model(cross_attention_scaling="asentmax_per_token", attention_scaling_projection_bias=True)
+    biases = [name for name, _ in model.named_parameters() if name.endswith("proj.bias") and "scale_" in name]
+    assert biases and all(".encoder_attn." in name for name in biases)
+
+
 def test_position_settings_are_checked_when_the_config_is_made():
     with pytest.raises(StrictDataclassError, match="`position_embedding_type` must be one of"):
         tiny_config(position_embedding_type="learned")
@@ -369,7 +403,13 @@ def test_position_settings_are_checked_when_the_config_is_made():
 
 @pytest.mark.slow
 def test_decoder_only_folder_loads_and_generates_without_hf_entmax(tmp_path, monkeypatch):
-    model = tiny_decoder(position_embedding_type="nape", attention_scaling="asentmax_per_token")
+    model = tiny_decoder(
+        position_embedding_type="nape", attention_scaling="asentmax_per_token", attention_scaling_projection_bias=True
+    )
+    with torch.no_grad():  # biases that change what the model computes (they start at 0)
+        for name, parameter in model.named_parameters():
+            if name.endswith("proj.bias") and "scale_" in name:
+                parameter.uniform_(-1.0, 1.0)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     config = json.loads((folder / "config.json").read_text())
@@ -428,6 +468,16 @@ def test_weights_with_per_token_scaling_refuse_a_config_without_it(tmp_path):
     with pytest.raises(ValueError, match="back to 'asentmax_per_token'") as error:
         AdaptiveEntmaxMarianForCausalLM.from_pretrained(tmp_path)
     assert "scale_beta_proj.weight" in str(error.value)
+
+
+def test_weights_with_projection_biases_refuse_a_config_without_them(tmp_path):
+    model = tiny_decoder(attention_scaling="asentmax_per_token", attention_scaling_projection_bias=True)
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["attention_scaling_projection_bias"] = False  # edited after saving: the weights still hold the biases
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="`attention_scaling_projection_bias` is False: loading would drop it"):
+        AdaptiveEntmaxMarianForCausalLM.from_pretrained(tmp_path)
 
 
 def test_translation_pipeline_takes_long_inputs_with_relative_positions(tokenizer, monkeypatch):

@@ -58,6 +58,7 @@ class QueryScaling:
         key_counts: The fewest and the most keys a query of the analysed sentences may attend to.
         method: ``"asentmax"``, ``"asentmax_per_token"`` or ``"ssmax"``.
         scaled_heads: ``(heads,)`` bool, the heads that scale (NAPE's NoPE heads by default); None: all of them.
+        projection_bias: Whether per-token ASEntmax's maps have a bias (``attention_scaling_projection_bias``).
     """
 
     beta: torch.Tensor
@@ -66,6 +67,7 @@ class QueryScaling:
     key_counts: tuple[int, int]
     method: str = "asentmax"
     scaled_heads: torch.Tensor | None = None
+    projection_bias: bool = False
 
     def factor(self, num_keys: torch.Tensor | int) -> torch.Tensor:
         """The factor of every head at each number of keys: ``(N,)`` or a number → ``(layers, heads, N)``."""
@@ -76,6 +78,7 @@ class QueryScaling:
         return torch.where(self.scaled_heads.view(1, -1, 1), factor, torch.ones((), dtype=factor.dtype))
 
     def to_dict(self) -> dict[str, Any]:
+        per_token = {"projection_bias": self.projection_bias} if self.method == "asentmax_per_token" else {}
         return {
             "method": self.method,
             "beta": self.beta.tolist(),
@@ -83,6 +86,7 @@ class QueryScaling:
             "offset": self.offset,
             "key_counts": list(self.key_counts),
             "scaled_heads": None if self.scaled_heads is None else self.scaled_heads.tolist(),
+            **per_token,
         }
 
 
@@ -491,7 +495,7 @@ class _Collector:
         }
         query_masks = {"encoder_self": source_mask, "decoder_self": target_mask, "cross": target_mask}
         for (kind, layer, name), projected in self._projected.items():
-            # As the model computes them: β = softplus(W_β h), γ = 2·tanh(W_γ h).
+            # As the model computes them: β = softplus(W_β h + b_β), γ = 2·tanh(W_γ h + b_γ) (hooked after the bias).
             values = torch.nn.functional.softplus(projected) if name == "beta" else 2.0 * torch.tanh(projected)
             self.token_scales[kind][name][layer].add(values.transpose(1, 2), query_masks[kind])  # (B, H, Q)
         attentions = forced.attentions()
@@ -585,6 +589,7 @@ class _Collector:
                     key_counts=self.key_counts[kind],
                     method=scaling_methods[kind],
                     scaled_heads=scaled_heads.get(kind),
+                    projection_bias=getattr(self.model.config, "attention_scaling_projection_bias", False),
                 ),
                 scaling_method=scaling_methods[kind],
             )

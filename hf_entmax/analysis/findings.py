@@ -296,8 +296,9 @@ def _scaling_findings(title: str, scaling: QueryScaling) -> list[str]:
         values = f"β from {beta.min():.2f} to {beta.max():.2f}, γ from {gamma.min():.2f} to {gamma.max():.2f}"
         if scaling.method == "asentmax_per_token":
             values += " (each head's mean over the analysed tokens)"
+    factor = describe_scaling_method(scaling.method, scaling.offset, scaling.projection_bias)
     sentences = [
-        f"{title} scales its queries{heads} by {describe_scaling_method(scaling.method, scaling.offset)}: "
+        f"{title} scales its queries{heads} by {factor}: "
         f"{numbers['sharpening_heads']} of {num_heads} heads sharpen as inputs grow (β·γ > 0), "
         f"{numbers['softening_heads']} soften (β·γ < 0)"
         + (f", {constant} keep a constant factor" if constant else "")

@@ -72,9 +72,18 @@ SCALING_FORMULAS = {
 }
 
 
-def describe_scaling_method(method: str, offset: float) -> str:
-    """A learned query scaling's factor, with the value of its offset δ (SSMax has none), and its name in words."""
+def scaling_formula(method: str, projection_bias: bool = False) -> tuple[str, str]:
+    """A learned query scaling's factor (`SCALING_FORMULAS`), with per-token ASEntmax's biases where its maps have
+    them (`attention_scaling_projection_bias`), and its name."""
     formula, name = SCALING_FORMULAS[method]
+    if projection_bias and method == "asentmax_per_token":
+        formula = formula.replace("W_β h", "W_β h + b_β").replace("W_γ h", "W_γ h + b_γ")
+    return formula, name
+
+
+def describe_scaling_method(method: str, offset: float, projection_bias: bool = False) -> str:
+    """A learned query scaling's factor, with the value of its offset δ (SSMax has none), and its name in words."""
+    formula, name = scaling_formula(method, projection_bias)
     return f"{formula.replace('δ', f'{offset:g}')} ({name})"
 
 

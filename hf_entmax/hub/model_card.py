@@ -516,6 +516,7 @@ def scaling_tables(model: AdaptiveEntmaxMarianMTModel) -> str | None:
     """How each attention type that scales its queries does it: the factor, which heads, and the learned values per
     head (ASEntmax's β and γ, SSMax's s) with a row per layer; None without scaling."""
     scales = model.get_attention_scales()
+    projection_bias = model.config.attention_scaling_projection_bias
     sections = []
     for kind in ATTENTION_TYPES:
         method = model.config.scaling_method(kind)
@@ -532,7 +533,7 @@ def scaling_tables(model: AdaptiveEntmaxMarianMTModel) -> str | None:
             continue
         lines = [
             f"**{ATTENTION_TITLES[kind]}**: a query that may attend to n tokens is multiplied by "
-            f"{describe_scaling_method(method, model.config.attention_scaling_offset)}{heads}"
+            f"{describe_scaling_method(method, model.config.attention_scaling_offset, projection_bias)}{heads}"
         ]
         # Per-token scaling has no value per head to show (its β and γ differ from token to token); SSMax's γ is 1.
         names = {"beta": "s"} if method == "ssmax" else {"beta": "β", "gamma": "γ"}

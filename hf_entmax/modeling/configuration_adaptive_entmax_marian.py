@@ -159,7 +159,8 @@ class ScalingOptions:
     that it can stay sparse, or become softmax-like, as inputs grow longer than those it was trained on.
 
     With ``"asentmax_per_token"``, β and γ come from each query token's hidden state h instead (ASEntmax's adaptive
-    variant): ``β = softplus(W_β h)``, ``γ = 2 · tanh(W_γ h)``, one value per head, W_β and W_γ learned.
+    variant): ``β = softplus(W_β h + b_β)``, ``γ = 2 · tanh(W_γ h + b_γ)``, one value per head, W_β and W_γ learned,
+    and the biases b_β, b_γ too with `attention_scaling_projection_bias` (else none).
 
     With ``"ssmax"`` (scalable softmax, Nakanishi 2025), head h multiplies its query by ``s_h · log(n + 1)``, ``s_h``
     learned from N(1, 0.01²).
@@ -200,6 +201,18 @@ class ScalingOptions:
         "without a position bias, as ASEntmax's reference). None: 'nope' for asentmax, asentmax_per_token and ssmax "
         "under NAPE, 'all' otherwise.",
     )
+    attention_scaling_projection_bias: bool = _option(
+        False,
+        "Whether the maps that compute β and γ from each query token (attention_scaling 'asentmax_per_token') have a "
+        "bias per head: β = softplus(W_β h + b_β), γ = 2 · tanh(W_γ h + b_γ) (the reference's attn_scale_proj_bias). "
+        "The biases start at 0, where the maps compute what they do without them.",
+    )
+
+    def scales_per_token(self) -> bool:
+        """Whether an attention type computes its β and γ from each token (``"asentmax_per_token"``): the only method
+        whose maps `attention_scaling_projection_bias` gives a bias."""
+        methods = {getattr(self, f"{kind}_attention_scaling") or self.attention_scaling for kind in ATTENTION_TYPES}
+        return "asentmax_per_token" in methods
 
     def validate_attention_scaling(self):
         """Part of the config's `@strict` validation: known methods and a usable offset.
@@ -221,6 +234,12 @@ class ScalingOptions:
         if heads is not None and heads not in SCALED_HEADS:
             raise ValueError(
                 f"`attention_scaling_heads` must be one of {', '.join(map(repr, SCALED_HEADS))} or None, got {heads!r}"
+            )
+        if self.attention_scaling_projection_bias and not self.scales_per_token():
+            raise ValueError(
+                "`attention_scaling_projection_bias`=True adds a bias to per-token ASEntmax's maps, which no "
+                "attention type has: set attention_scaling (or an attention type's) to 'asentmax_per_token', or leave "
+                "it False"
             )
         positions = (getattr(self, "position_embedding_type", None), getattr(self, "cross_attention_positions", None))
         if heads == "nope" and "nape" not in positions:

@@ -301,9 +301,10 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         if self.scaling_method == "asentmax":
             self.scale_gamma = nn.Parameter(torch.empty(num_heads))
         if self.scaling_method == "asentmax_per_token":
-            # As the reference: linear maps of each query token's hidden state, without bias.
-            self.scale_beta_proj = nn.Linear(config.d_model, num_heads, bias=False)
-            self.scale_gamma_proj = nn.Linear(config.d_model, num_heads, bias=False)
+            # As the reference: linear maps of each query token's hidden state, with a bias if the config asks.
+            bias = config.attention_scaling_projection_bias
+            self.scale_beta_proj = nn.Linear(config.d_model, num_heads, bias=bias)
+            self.scale_gamma_proj = nn.Linear(config.d_model, num_heads, bias=bias)
         # Sparsefinder's graph for this module (`set_predicted_sparsity`); None attends over every allowed key.
         self.predicted_sparsity = None
 
@@ -399,6 +400,23 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         if self.alpha_logits is not None:
             self.alpha_logits.copy_(self.initial_alpha_logits())
 
+    @torch.no_grad()
+    def init_scaling(self, overwrite: bool = False) -> None:
+        """Draw the per-head query-scaling parameters as the reference starts them: ASEntmax's β ~ U(0.1, 1) and
+        γ ~ N(0, 0.1²), SSMax's s ~ N(1, 0.01²). (Per-token scaling's maps start as the model's other linear layers.)
+
+        Parameters loaded from a checkpoint are left alone, unless ``overwrite``: a run that changes an attention type
+        from SSMax to ASEntmax or back loads SSMax's s as ASEntmax's β (they share a name, not a meaning)."""
+        if overwrite:
+            for parameter in (self.scale_beta, self.scale_gamma):
+                if parameter is not None:
+                    parameter._is_hf_initialized = False  # transformers' mark of a loaded weight, which `init` skips
+        if self.scaling_method == "asentmax":
+            init.uniform_(self.scale_beta, 0.1, 1.0)
+            init.normal_(self.scale_gamma, 0.0, 0.1)
+        elif self.scaling_method == "ssmax":
+            init.normal_(self.scale_beta, 1.0, 0.01)
+
     def alpha(self) -> torch.Tensor | float:
         """α per head: a ``(num_heads,)`` tensor for a learned α, the configured float for a fixed one."""
         if self.alpha_logits is None:
@@ -416,8 +434,9 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         """The factor on each query before α-entmax, for a query that may attend to n keys; ``None`` without scaling.
 
         - ``"asentmax"``: `asentmax_scale`, ``δ + β_h · log(n + 1) ** γ_h``, a learned temperature per head;
-        - ``"asentmax_per_token"``: the same with ``β = softplus(W_β h)`` and ``γ = 2 · tanh(W_γ h)`` from the query
-          token's hidden state h (ASEntmax's adaptive variant);
+        - ``"asentmax_per_token"``: the same with ``β = softplus(W_β h + b_β)`` and ``γ = 2 · tanh(W_γ h + b_γ)``
+          from the query token's hidden state h (ASEntmax's adaptive variant; biases with
+          `attention_scaling_projection_bias`);
         - ``"ssmax"``: ``s_h · log(n + 1)``, scalable softmax (`asentmax_scale` with δ = 0 and γ = 1);
         - ``"softmax_matched"``: ``n ** (1 − α_h)``, which makes every head as sharp as softmax at uniform attention
           (why: docs/model.md, "Softmax-matched queries").
@@ -538,10 +557,12 @@ class AdaptiveEntmaxMarianDecoderLayer(MarianDecoderLayer):
 # --- the load-time check: the config must fit the weights it loads ----------------------------------------------
 
 # The weights that learned query scaling adds to an attention module (`ScalingOptions`): ASEntmax's β and γ per head
-# (SSMax's s is its β), or the linear maps that compute them from each token (per-token ASEntmax, a row per head).
-# Training keeps them out of weight decay, and loading and conversion expect them to appear or go where scaling is
-# turned on or off.
+# (SSMax's s is its β), or the linear maps that compute them from each token (per-token ASEntmax, a row and a bias per
+# head). Training keeps them out of weight decay, and loading and conversion expect them to appear or go where scaling
+# is turned on or off.
+PROJECTION_BIASES = ("scale_beta_proj.bias", "scale_gamma_proj.bias")
 SCALING_PARAMETERS = ("scale_beta", "scale_gamma", "scale_beta_proj.weight", "scale_gamma_proj.weight")
+SCALING_PARAMETERS += PROJECTION_BIASES
 # What each attention module learns per head: α logits and the scaling's weights.
 PER_HEAD_PARAMETERS = ("alpha_logits", *SCALING_PARAMETERS)
 # The scaling methods whose modules hold each learned scaling parameter (SSMax's s is named as ASEntmax's β).
@@ -550,6 +571,7 @@ _SCALING_METHODS_HOLDING = {
     "scale_gamma": "'asentmax'",
     "scale_beta_proj.weight": "'asentmax_per_token'",
     "scale_gamma_proj.weight": "'asentmax_per_token'",
+    **dict.fromkeys(PROJECTION_BIASES, "'asentmax_per_token'"),
 }
 # How far a learned α may lie beyond the config's bounds and still be taken as trained with them. α stops at the
 # clamp, but the optimiser's momentum carries its logit on for about ten steps of the α learning rate: a few
@@ -717,6 +739,11 @@ def check_checkpoint_fits(model: nn.Module, checkpoint: CheckpointSummary) -> No
                     f"`{field}` back to True"
                 )
             field = _setting_field(config, kind, "attention_scaling")
+            if parameter in PROJECTION_BIASES and config.scaling_method(kind) == "asentmax_per_token":
+                raise ValueError(
+                    f"{where}: the weights hold a bias of per-token ASEntmax's maps in {title} (`{key}`), but the "
+                    "config's `attention_scaling_projection_bias` is False: loading would drop it; set it to True"
+                )
             methods = _SCALING_METHODS_HOLDING[parameter]
             raise ValueError(
                 f"{where}: the weights hold a learned query scaling of {title} (`{key}`), but the config's `{field}` "
@@ -839,13 +866,8 @@ class AdaptiveEntmaxMarianPreTrainedModel(MarianPreTrainedModel):
         if isinstance(module, AdaptiveEntmaxMarianAttention) and module.alpha_logits is not None:
             # `init.copy_` leaves logits that were loaded from a checkpoint alone.
             init.copy_(module.alpha_logits, module.initial_alpha_logits())
-        if isinstance(module, AdaptiveEntmaxMarianAttention) and module.scaling_method == "asentmax":
-            # ASEntmax's reference start: β ~ U(0.1, 1), γ ~ N(0, 0.1²).
-            init.uniform_(module.scale_beta, 0.1, 1.0)
-            init.normal_(module.scale_gamma, 0.0, 0.1)
-        if isinstance(module, AdaptiveEntmaxMarianAttention) and module.scaling_method == "ssmax":
-            # The reference's start of SSMax's s: N(1, 0.01²). (Per-token scaling's maps start as any linear layer.)
-            init.normal_(module.scale_beta, 1.0, 0.01)
+        if isinstance(module, AdaptiveEntmaxMarianAttention):
+            module.init_scaling()
 
     def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
         # α-entmax is the model: whatever a caller asks for, attention goes through it.
@@ -1276,6 +1298,7 @@ def _class_reference(cls: type) -> str:
 
 
 __all__ = [
+    "PROJECTION_BIASES",
     "SCALING_PARAMETERS",
     "AdaptiveEntmaxMarianAttention",
     "AdaptiveEntmaxMarianForCausalLM",

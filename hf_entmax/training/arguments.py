@@ -112,7 +112,7 @@ TRAIN_NOT_GIVEN = {
     **dict.fromkeys(SCALING_OPTION_NAMES, TRAIN_SCALING_NOT_GIVEN),
     # Not methods: a run that does not give them has the config's default, unless a checkpoint has its own.
     **dict.fromkeys(
-        ("attention_scaling_offset", "attention_scaling_heads"),
+        ("attention_scaling_offset", "attention_scaling_heads", "attention_scaling_projection_bias"),
         "an AdaptiveEntmaxMarian checkpoint's own setting; else the default of AdaptiveEntmaxMarianConfig.",
     ),
     **dict.fromkeys(

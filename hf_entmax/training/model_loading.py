@@ -11,7 +11,9 @@ resolve differently for each:
   replaces the checkpoint's per-attention-type values of the same option).
 
 Query scaling (ASEntmax) resolves the same way; its parameters are new (initialised as the config says) wherever a
-run turns it on for an attention type its checkpoint did not scale, and dropped where a run turns it off.
+run turns it on for an attention type, or changes its method (SSMax to ASEntmax, per head to per token, …), and
+dropped where a run turns it off. Per-token maps that gain a bias (``--attention_scaling_projection_bias``) start it at
+0, which leaves what they compute unchanged; maps that lose it drop it.
 
 Positions (`PositionOptions`) are a fresh model's choice: a checkpoint keeps its own (a MarianMT checkpoint's are
 sinusoidal), since its weights were trained with them, and a flag asking for others is refused.
@@ -26,11 +28,11 @@ import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
 from ..common.config import (
-    SCALING_FORMULAS,
     build_config,
     describe_positions,
     is_scaling_parameter,
     scaled_heads_text,
+    scaling_formula,
 )
 from ..common.hub_ids import is_hub_id
 from ..common.model_folder import load_pretrained, read_model_config
@@ -41,8 +43,13 @@ from ..modeling.configuration_adaptive_entmax_marian import (
     AdaptiveEntmaxMarianConfig,
     AlphaOptions,
     PositionOptions,
+    ScalingOptions,
 )
-from ..modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention, AdaptiveEntmaxMarianMTModel
+from ..modeling.modeling_adaptive_entmax_marian import (
+    PROJECTION_BIASES,
+    AdaptiveEntmaxMarianAttention,
+    AdaptiveEntmaxMarianMTModel,
+)
 from .arguments import ATTENTION_OPTION_NAMES, POSITION_OPTION_NAMES, SCALING_OPTION_NAMES, ModelArguments
 from .presets import preset_config_kwargs
 from .recipes import START_DEFAULTS
@@ -143,6 +150,10 @@ def resolve_attention_options(start: StartingPoint, given: dict[str, object]) ->
                     f"outside [alpha_min, alpha_max] = [{after.minimum}, {after.maximum}] where a learned α lives; "
                     "give --alpha_init (e.g. 1.1) to say where it starts"
                 )
+    scaling = ScalingOptions(**{name: options[name] for name in SCALING_OPTION_NAMES})
+    if "attention_scaling_projection_bias" not in given and not scaling.scales_per_token():
+        # The checkpoint's per-token maps had biases; the scaling the flags chose instead has no maps to give them.
+        options["attention_scaling_projection_bias"] = False
     return options
 
 
@@ -261,16 +272,31 @@ def load_model(
         )
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
-    scaled_before = {
-        kind for kind in ATTENTION_TYPES if start.kind != "marian" and start.config.has_learned_scaling(kind)
+    # Where the learned scaling changes (turned on, off, or from one method to another), the checkpoint's scaling
+    # parameters are dropped and the new ones start from the config's initialisation.
+    changed = {
+        kind
+        for kind in ATTENTION_TYPES
+        if start.kind == "marian" or start.config.scaling_method(kind) != config.scaling_method(kind)
     }
-    scaled_now = {kind for kind in ATTENTION_TYPES if config.has_learned_scaling(kind)}
+    scaled_before = {kind for kind in changed if start.kind != "marian" and start.config.has_learned_scaling(kind)}
+    scaled_now = {kind for kind in changed if config.has_learned_scaling(kind)}
+    # Per-token maps that gain a bias start it at 0 (the same function); those that lose it drop it.
+    biased_before = getattr(start.config, "attention_scaling_projection_bias", False)
+    biased_now = config.attention_scaling_projection_bias
     missing = [
         key
         for key in loading["missing_keys"]
-        if not key.endswith("alpha_logits") and not _is_scaling_key(key, scaled_now - scaled_before)
+        if not key.endswith("alpha_logits")
+        and not _is_scaling_key(key, scaled_now)
+        and not (biased_now and not biased_before and key.endswith(PROJECTION_BIASES))
     ]
-    unexpected = [key for key in loading["unexpected_keys"] if not _is_scaling_key(key, scaled_before - scaled_now)]
+    unexpected = [
+        key
+        for key in loading["unexpected_keys"]
+        if not _is_scaling_key(key, scaled_before)
+        and not (biased_before and not biased_now and key.endswith(PROJECTION_BIASES))
+    ]
     problems = {"missing": missing, "unexpected": unexpected, "mismatched": loading["mismatched_keys"]}
     if any(problems.values()):
         listed = "; ".join(f"{what}: {', '.join(map(str, keys[:4]))}" for what, keys in problems.items() if keys)
@@ -284,6 +310,8 @@ def load_model(
             for module in model.modules():
                 if isinstance(module, AdaptiveEntmaxMarianAttention) and module.attention_type in restarted:
                     module.reset_alpha_logits()
+                if isinstance(module, AdaptiveEntmaxMarianAttention) and module.attention_type in scaled_now:
+                    module.init_scaling(overwrite=True)
     return model
 
 
@@ -309,7 +337,7 @@ def describe_scaling(model: AdaptiveEntmaxMarianMTModel, start: StartingPoint, g
             continue
         label = f"{ATTENTION_LABELS[kind] + ':':<24}"
         flags = ("attention_scaling", f"{kind}_attention_scaling", "attention_scaling_offset")
-        flags += ("attention_scaling_heads",)
+        flags += ("attention_scaling_heads", "attention_scaling_projection_bias")
         source = (
             "given" if any(name in given for name in flags) else "default" if start.kind == "fresh" else "checkpoint's"
         )
@@ -320,7 +348,7 @@ def describe_scaling(model: AdaptiveEntmaxMarianMTModel, start: StartingPoint, g
             continue
         scaled_before = start.kind == "adaptive_entmax_marian" and start.config.scaling_method(kind) == method
         how = "resumed from the checkpoint" if scaled_before else "new"
-        formula, name = SCALING_FORMULAS[method]
+        formula, name = scaling_formula(method, model.config.attention_scaling_projection_bias)
         values = [] if method == "ssmax" else [f"δ {model.config.attention_scaling_offset:g}"]
         symbols = {"beta": "s"} if method == "ssmax" else {"beta": "β", "gamma": "γ"}
         values += [  # the per-head parameters' range now (per-token scaling has none)
