@@ -4,7 +4,8 @@ MQMTAR and flip-flop, softmax vs SSMax vs 1.5-entmax vs adaptive α-entmax vs AS
     python benchmarks/bench_length_decoder_only.py [--tasks copy reverse sort mqmtar] [--positions nape rope]
         [--variants softmax ssmax entmax15 adaptive adaptive_matched asentmax asentmax_per_token] [--seeds 0 1 2]
         [--steps 2000] [--train_min_length 32 --train_max_length 64] [--test_multiples 1 2 4 8 16 64]
-        [--filler_max 0] [--attention_scaling_projection_bias] [--save_models] [--markdown docs/benchmarks.md]
+        [--filler_max 0] [--layer_style marian] [--attention_scaling_projection_bias] [--save_models]
+        [--markdown docs/benchmarks.md]
 
 The setting of the reference code (github deep-spin/asentmax, ``synthetic/``): one sequence
 ``<bos> source <sep> target <eos>`` per example, a causal `AdaptiveEntmaxMarianForCausalLM` trained with the loss on
@@ -32,6 +33,10 @@ drawn uniformly per string) between ``<bos>`` and each training source; test sou
 copy by pairing the t-th output with the t-th symbol after ``<bos>`` (heads without a position bias can count under
 the causal mask), which fails past the training lengths; with fillers no fixed index marks a symbol, so that finding
 it by its content (an induction head) is the cue left.
+
+``--layer_style`` chooses the layers (the config's `layer_style`): Marian's post-norm ones (the default), pre-norm, or
+``gemma2``, the reference's Gemma-2 layers (RMSNorm before and after each block, a GeGLU feed-forward, embeddings
+scaled by √d_model; its linear layers keep Marian's biases and its output layer the tied embeddings).
 
 Variants (`VARIANTS`), which differ only in the attention:
 
@@ -88,6 +93,8 @@ from runs import add_threads_option
 from transformers import get_cosine_schedule_with_warmup
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianForCausalLM
+from hf_entmax.common.config import LAYER_STYLE_DESCRIPTIONS
+from hf_entmax.modeling.configuration_adaptive_entmax_marian import LAYER_STYLES
 
 
 # The model's special tokens; a task's own tokens (0, 1, …) are shifted by FIRST_SYMBOL.
@@ -338,6 +345,7 @@ def build_model(task: str, positions: str, variant: str, arguments: argparse.Nam
             attention_dropout=0.0,
             activation_dropout=0.0,
             position_embedding_type=positions,
+            **layer_config(arguments),
             **overrides,
         )
         return AdaptiveEntmaxMarianForCausalLM(config)
@@ -362,6 +370,15 @@ def variant_config(variant: str, arguments: argparse.Namespace) -> dict:
     if arguments.attention_scaling_projection_bias and overrides.get("attention_scaling") == "asentmax_per_token":
         overrides = {**overrides, "attention_scaling_projection_bias": True}
     return overrides
+
+
+def layer_config(arguments: argparse.Namespace) -> dict:
+    """The config's layer settings for ``--layer_style``: none for Marian's layers (the default); for ``gemma2`` also
+    Gemma-2's GeGLU activation and its embeddings scaled by √d_model, as the reference's model."""
+    if arguments.layer_style == "marian":
+        return {}
+    gemma2 = {"activation_function": "gelu_pytorch_tanh", "scale_embedding": True}
+    return {"layer_style": arguments.layer_style, **(gemma2 if arguments.layer_style == "gemma2" else {})}
 
 
 def max_test_length(arguments: argparse.Namespace) -> int:
@@ -460,13 +477,15 @@ SETTINGS = (
 
 
 def run_settings(variant: str, arguments: argparse.Namespace) -> dict:
-    """What a run's result depends on: the settings above, ``--filler_max`` where it is used and the variant's config
-    overrides. (Without fillers the settings are those of the runs measured before the option existed, which stay
-    readable.)"""
+    """What a run's result depends on: the settings above, ``--filler_max`` and ``--layer_style`` where they are used
+    and the variant's config overrides. (Without them the settings are those of the runs measured before the options
+    existed, which stay readable.)"""
     fillers = {"filler_max": arguments.filler_max} if arguments.filler_max else {}
+    style = {"layer_settings": layer_config(arguments)} if layer_config(arguments) else {}
     return {
         **{name: getattr(arguments, name) for name in SETTINGS},
         **fillers,
+        **style,
         "variant": variant_config(variant, arguments),
     }
 
@@ -499,7 +518,14 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
         f"(`<bos> source <sep> target <eos>`, loss on the target), trained on lengths {arguments.train_min_length}–"
         f"{arguments.train_max_length}, {arguments.steps} steps × batch {arguments.batch_size}, AdamW "
         f"{arguments.learning_rate:g} with {arguments.warmup:.0%} warm-up then cosine; d_model {arguments.d_model}, "
-        f"{arguments.layers} layers, {arguments.heads} heads, FFN {arguments.ffn_multiple}×, no dropout. "
+        f"{arguments.layers} layers, {arguments.heads} heads, FFN {arguments.ffn_multiple}×, no dropout"
+        + (
+            f"; {LAYER_STYLE_DESCRIPTIONS[arguments.layer_style]}"
+            + (", GeGLU, embeddings × √d_model" if arguments.layer_style == "gemma2" else "")
+            if arguments.layer_style != "marian"
+            else ""
+        )
+        + ". "
         "`nape`: ALiBi on half of the heads, no position on the others (SSMax and ASEntmax scale those only); `rope`: "
         "rotary positions on all heads."
         + (
@@ -528,6 +554,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--mqmtar_queries", type=int, default=4, help="MQMTAR: queries per string")
     add("--flip_flop_write_prob", type=float, default=0.1, help="flip-flop: probability of a write command")
     add("--filler_max", type=int, default=0, help="up to this many filler tokens before each training source")
+    add(
+        "--layer_style",
+        choices=LAYER_STYLES,
+        default="marian",
+        help="the layers: Marian's (post-norm), pre-norm, or Gemma-2's as in the reference (GeGLU, embeddings × √d)",
+    )
     add(
         "--attention_scaling_projection_bias",
         action="store_true",

@@ -163,6 +163,20 @@ def test_projection_biases_are_a_setting_of_per_token_runs_that_ask_for_them(arg
         bench.parse_arguments([*TINY, "--attention_scaling_projection_bias", "--variants", "softmax", "asentmax"])
 
 
+def test_the_layer_style_is_a_setting_of_the_runs_that_change_it(arguments):
+    assert "layer_settings" not in bench.run_settings("softmax", arguments)  # as runs measured before the option
+    gemma2 = bench.parse_arguments([*TINY, "--layer_style", "gemma2"])
+    assert bench.run_settings("softmax", gemma2)["layer_settings"]["layer_style"] == "gemma2"
+    assert bench.run_settings("softmax", gemma2)["layers"] == 2
+    config = tiny_model(gemma2).config
+    assert (config.layer_style, config.activation_function, config.scale_embedding) == (
+        "gemma2",
+        "gelu_pytorch_tanh",
+        True,
+    )
+    assert "no dropout; Gemma-2's layers (RMSNorm before and after each block" in bench.table({}, gemma2)
+
+
 def test_the_loss_is_the_cross_entropy_of_the_target_positions(arguments):
     model = tiny_model(arguments)
     batch = bench.training_batch(bench.samples("copy", [4, 7], arguments, generator()))

@@ -76,15 +76,20 @@ LOGIT_TOLERANCE = 1e-4
 # Sinusoidal positions are the next test's (its model is the default one, with ASEntmax).
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("scaling", "positions", "directions", "cross_positions"),
-    [("asentmax", "nape", "both", "none"), (None, "alibi", "split", "alibi"), (None, "rope", "both", "rope")],
+    ("scaling", "positions", "directions", "cross_positions", "layer_style"),
+    [
+        ("asentmax", "nape", "both", "none", "gemma2"),
+        (None, "alibi", "split", "alibi", "pre_norm"),
+        (None, "rope", "both", "rope", "marian"),
+    ],
 )
-def test_torch_export_of_a_model_with_learned_alpha(scaling, positions, directions, cross_positions):
+def test_torch_export_of_a_model_with_learned_alpha(scaling, positions, directions, cross_positions, layer_style):
     model = one_layer_model(
         attention_scaling=scaling,
         position_embedding_type=positions,
         encoder_alibi_directions=directions,
         cross_attention_positions=cross_positions,
+        layer_style=layer_style,
     )
     inputs = model_inputs()
     with torch.no_grad():
@@ -188,17 +193,26 @@ def assert_same_generation(actual, expected) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("scaling", "positions", "cross_positions"),
-    [(None, "sinusoidal", "none"), ("asentmax_per_token", "nape", "nape"), ("ssmax", "rope", "rope")],
+    ("scaling", "positions", "cross_positions", "layer_style"),
+    [
+        (None, "sinusoidal", "none", "marian"),
+        ("asentmax_per_token", "nape", "nape", "gemma2"),
+        ("ssmax", "rope", "rope", "pre_norm"),
+    ],
 )
-def test_compiled_static_cache_greedy_decoding_gives_the_eager_tokens(scaling, positions, cross_positions):
+def test_compiled_static_cache_greedy_decoding_gives_the_eager_tokens(
+    scaling, positions, cross_positions, layer_style
+):
     """transformers' own path: with a static cache, generate compiles the decoding step (on accelerators; the
     CompileConfig flag forces it on the CPU, as transformers' tests do), with fullgraph=True and no recompilation for
     a second batch of the same shape. Relative positions number the queries from the static cache's count of tokens,
     not from its (fixed) length, in self- and cross-attention."""
     torch.compiler.reset()
     model = one_layer_model(
-        attention_scaling=scaling, position_embedding_type=positions, cross_attention_positions=cross_positions
+        attention_scaling=scaling,
+        position_embedding_type=positions,
+        cross_attention_positions=cross_positions,
+        layer_style=layer_style,
     )
     compile_config = CompileConfig(fullgraph=True, dynamic=False, backend="eager")
     compile_config._compile_all_devices = True
@@ -252,13 +266,14 @@ class Logits(torch.nn.Module):
 
 
 @pytest.mark.slow
-def test_onnx_export_with_dynamic_axes_runs_in_onnxruntime(tmp_path):
+@pytest.mark.parametrize("layer_style", ["marian", "gemma2"])
+def test_onnx_export_with_dynamic_axes_runs_in_onnxruntime(tmp_path, layer_style):
     """Exported once, run by onnxruntime on the traced shapes and on other batch sizes and lengths. One layer each side
     (`one_layer_model`): with symbolic shapes, the translation of the unrolled Newton steps to ONNX takes five times as
     long as with static ones (53 s against 10 s for 2 + 2 layers on a busy two-core machine)."""
     onnxruntime = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
-    model = Logits(one_layer_model())
+    model = Logits(one_layer_model(layer_style=layer_style))
     names = ["input_ids", "attention_mask", "decoder_input_ids"]
     arguments = tuple(model_inputs()[name] for name in names)
     dynamic_shapes = tuple(DYNAMIC_SHAPES[name] for name in names)

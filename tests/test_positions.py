@@ -404,7 +404,11 @@ def test_position_settings_are_checked_when_the_config_is_made():
 @pytest.mark.slow
 def test_decoder_only_folder_loads_and_generates_without_hf_entmax(tmp_path, monkeypatch):
     model = tiny_decoder(
-        position_embedding_type="nape", attention_scaling="asentmax_per_token", attention_scaling_projection_bias=True
+        position_embedding_type="nape",
+        attention_scaling="asentmax_per_token",
+        attention_scaling_projection_bias=True,
+        layer_style="gemma2",  # the reference's layers: RMSNorm, GeGLU
+        activation_function="gelu_pytorch_tanh",
     )
     with torch.no_grad():  # biases that change what the model computes (they start at 0)
         for name, parameter in model.named_parameters():

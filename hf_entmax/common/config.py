@@ -21,6 +21,13 @@ def build_config(**fields) -> AdaptiveEntmaxMarianConfig:
         raise HfEntmaxValueError(f"invalid model settings: {reason}") from error
 
 
+# The layers of each `layer_style` but Marian's, in words (model cards, the decoder-only benchmark's table).
+LAYER_STYLE_DESCRIPTIONS = {
+    "pre_norm": "pre-norm layers (LayerNorm before each block, and once more after each stack)",
+    "gemma2": "Gemma-2's layers (RMSNorm before and after each block, a gated feed-forward, a norm after each stack)",
+}
+
+
 def describe_positions(config: PreTrainedConfig) -> str:
     """How a model of ``config`` knows where tokens are, in one sentence without a full stop: the position type (a
     Marian config's are sinusoidal), what it does, and the input length it limits to, if any."""

@@ -21,7 +21,12 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..common.config import describe_positions, describe_scaling_method, scaled_heads_text
+from ..common.config import (
+    LAYER_STYLE_DESCRIPTIONS,
+    describe_positions,
+    describe_scaling_method,
+    scaled_heads_text,
+)
 from ..common.hub_ids import check_language_code, check_repo_id, is_hub_id
 from ..common.model_folder import load_pretrained
 from ..common.records import CONVERTED_TAG, SUMMARY_FILE, SYNTHETIC_DATA
@@ -387,6 +392,7 @@ def render_model_card(model: AdaptiveEntmaxMarianMTModel, info: ModelCardInfo) -
         example=EXAMPLE_SENTENCES.get(info.source_lang or "", EXAMPLE_SENTENCES["en"]),
         intended_use=info.intended_use or default_intended_use(info),
         positions=describe_positions(model.config),
+        layer_style=LAYER_STYLE_DESCRIPTIONS.get(model.config.layer_style),
         alpha_tables=alpha_tables(model),
         scaling_tables=scaling_tables(model),
         sparsity_table=sparsity_table(info.mean_sparsity),

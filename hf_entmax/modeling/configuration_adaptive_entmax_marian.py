@@ -33,6 +33,10 @@ SIZE_FIELDS = (
 )
 # Probabilities of dropping something in training: 1 would drop everything (and divide by 1 − p = 0).
 PROBABILITY_FIELDS = ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop")
+# How each layer normalises around its blocks (`LayerStyleMixin` in the modeling file, docs/model.md "Layer styles"):
+# Marian's post-norm LayerNorm; pre-norm; or Gemma-2's RMSNorm before and after each block with a gated feed-forward,
+# the layers of ASEntmax's reference.
+LAYER_STYLES = ("marian", "pre_norm", "gemma2")
 # The decoder's start token and one generated token: fewer positions leave nothing to generate.
 MIN_POSITIONS = 2
 # The whole numbers a generation config sets, and their least values (0 for the minimum lengths).
@@ -384,7 +388,11 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions, Pos
     The α fields (`alpha_init`, `learn_alpha`, `alpha_min`, `alpha_max` and their per-attention-type overrides such
     as `cross_alpha_init`) are those of [`AlphaOptions`], documented there; the query scaling fields
     (`attention_scaling`, its per-attention-type overrides, `attention_scaling_offset` and `attention_scaling_heads`)
-    those of [`ScalingOptions`]; `position_embedding_type` and `rope_theta` those of [`PositionOptions`]; the other
+    those of [`ScalingOptions`]; `position_embedding_type` and `rope_theta` those of [`PositionOptions`].
+    `layer_style` is how each layer normalises around its blocks: ``"marian"`` (Marian's post-norm LayerNorm, the
+    default and what conversion keeps), ``"pre_norm"`` (LayerNorm before each block, and once more after the stack) or
+    ``"gemma2"`` (Gemma-2's RMSNorm before and after each block, a gated feed-forward, and a norm after the stack: the
+    layers of ASEntmax's reference; pair it with ``activation_function="gelu_pytorch_tanh"`` for its GeGLU); the other
     fields are Marian's. The same config serves the decoder-only `AdaptiveEntmaxMarianForCausalLM`, which reads the
     decoder's fields (``decoder_layers``, ``decoder_attention_heads``, …) and ``decoder_self_*`` settings.
 
@@ -399,6 +407,8 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions, Pos
     """
 
     model_type = "adaptive_entmax_marian"
+
+    layer_style: str = "marian"
 
     # transformers allows `output_attentions` only with the "eager" implementation, because fused kernels (SDPA,
     # flash) never materialise the attention probabilities. This model always runs its own α-entmax attention
@@ -497,7 +507,12 @@ class AdaptiveEntmaxMarianConfig(MarianConfig, AlphaOptions, ScalingOptions, Pos
                     raise ValueError(f"`{name}` must be a token id below {within} ({limit}), got {value!r}")
 
     def validate_layer_settings(self):
-        """Part of `@strict` validation: dropout probabilities in [0, 1), a known activation, a usable ``init_std``."""
+        """Part of `@strict` validation: dropout probabilities in [0, 1), a known activation, a usable ``init_std``, a
+        known `layer_style`."""
+        if self.layer_style not in LAYER_STYLES:
+            raise ValueError(
+                f"`layer_style` must be one of {', '.join(map(repr, LAYER_STYLES))}, got {self.layer_style!r}"
+            )
         for name in PROBABILITY_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:

@@ -504,8 +504,71 @@ class AdaptiveEntmaxMarianAttention(MarianAttention):
         )
 
 
-class AdaptiveEntmaxMarianEncoderLayer(MarianEncoderLayer):
-    """Marian's encoder layer with α-entmax self-attention."""
+def layer_norm(config: AdaptiveEntmaxMarianConfig) -> nn.Module:
+    """The normalisation of the config's `layer_style`: Marian's LayerNorm, or Gemma-2's RMSNorm (ε 1e-6, as Gemma's;
+    its weight is Gemma's 1 + w)."""
+    if config.layer_style == "gemma2":
+        return nn.RMSNorm(config.d_model, eps=1e-6)
+    return nn.LayerNorm(config.d_model)
+
+
+class LayerStyleMixin:
+    """What the encoder's and the decoder's layers share beyond Marian's: their sub-layers (attention, cross-attention,
+    feed-forward) in the config's `layer_style`, each a residual block around a normalisation.
+
+    - ``"marian"``: ``h = norm(x + f(x))``, after each block (Marian's own forward runs);
+    - ``"pre_norm"``: ``h = x + f(norm(x))``, and the stack's output normalised once more (by its last layer);
+    - ``"gemma2"``: ``h = x + norm₂(f(norm₁(x)))`` with RMSNorm, a gated feed-forward ``fc2(act(gate) · up)`` (GeGLU
+      with ``activation_function="gelu_pytorch_tanh"``, Gemma-2's) and the stack's output normalised once more: the
+      layers of ASEntmax's reference (Gemma-2's, which it trains from scratch).
+
+    Each block's norms are ``{block}_layer_norm`` (Marian's names: before the block, or after it in Marian's style) and
+    ``{block}_post_norm`` (after the block, Gemma-2's), for blocks ``self_attn``, ``encoder_attn`` and ``final`` (the
+    feed-forward, Marian's ``final_layer_norm``).
+    """
+
+    def build_sublayers(self, config: AdaptiveEntmaxMarianConfig, ffn_dim: int, blocks: tuple[str, ...], last: bool):
+        self.layer_style = config.layer_style
+        self.dropout = config.dropout
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+        self.gated = config.layer_style == "gemma2"
+        for block in blocks:
+            setattr(self, f"{block}_layer_norm", layer_norm(config))
+            if config.layer_style == "gemma2":
+                setattr(self, f"{block}_post_norm", layer_norm(config))
+        # Gated: fc1 computes the gate and the value side by side.
+        self.fc1 = nn.Linear(config.d_model, ffn_dim * (2 if self.gated else 1))
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        # A pre-normalised stack leaves its residual stream unnormalised: the last layer closes it (as the final norm
+        # of pre-norm models), so that the stacks keep Marian's forward.
+        self.output_layer_norm = layer_norm(config) if last and config.layer_style != "marian" else None
+
+    def sublayer(self, hidden_states: torch.Tensor, block: str, compute) -> torch.Tensor:
+        """One residual block in the layer's style (not Marian's, whose forward is its own): ``compute`` maps
+        ``(batch, length, d_model)`` normalised states to the block's output of the same shape."""
+        output = compute(getattr(self, f"{block}_layer_norm")(hidden_states))
+        post_norm = getattr(self, f"{block}_post_norm", None)
+        if post_norm is not None:
+            output = post_norm(output)
+        return hidden_states + nn.functional.dropout(output, p=self.dropout, training=self.training)
+
+    def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.fc1(hidden_states)
+        if self.gated:
+            gate, value = hidden_states.chunk(2, dim=-1)
+            hidden_states = self.activation_fn(gate) * value
+        else:
+            hidden_states = self.activation_fn(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+    def close(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states if self.output_layer_norm is None else self.output_layer_norm(hidden_states)
+
+
+class AdaptiveEntmaxMarianEncoderLayer(LayerStyleMixin, MarianEncoderLayer):
+    """Marian's encoder layer with α-entmax self-attention, in the config's `layer_style`."""
 
     def __init__(self, config: AdaptiveEntmaxMarianConfig, layer_idx: int | None = None):
         GradientCheckpointingLayer.__init__(self)
@@ -513,18 +576,23 @@ class AdaptiveEntmaxMarianEncoderLayer(MarianEncoderLayer):
         self.self_attn = AdaptiveEntmaxMarianAttention(
             config, "encoder_self", config.encoder_attention_heads, layer_idx=layer_idx
         )
-        self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
-        self.dropout = config.dropout
-        self.activation_fn = ACT2FN[config.activation_function]
-        self.activation_dropout = config.activation_dropout
-        self.fc1 = nn.Linear(self.embed_dim, config.encoder_ffn_dim)
-        self.fc2 = nn.Linear(config.encoder_ffn_dim, self.embed_dim)
-        self.final_layer_norm = nn.LayerNorm(self.embed_dim)
+        last = layer_idx == config.encoder_layers - 1
+        self.build_sublayers(config, config.encoder_ffn_dim, ("self_attn", "final"), last)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
+        if self.layer_style == "marian":
+            return super().forward(hidden_states, attention_mask, **kwargs)
+        hidden_states = self.sublayer(
+            hidden_states,
+            "self_attn",
+            lambda states: self.self_attn(states, attention_mask=attention_mask, **kwargs)[0],
+        )
+        return self.close(self.sublayer(hidden_states, "final", self.feed_forward))
 
 
-class AdaptiveEntmaxMarianDecoderLayer(MarianDecoderLayer):
+class AdaptiveEntmaxMarianDecoderLayer(LayerStyleMixin, MarianDecoderLayer):
     """Marian's decoder layer with α-entmax self-attention and cross-attention (self-attention only in a decoder-only
-    model)."""
+    model), in the config's `layer_style`."""
 
     def __init__(self, config: AdaptiveEntmaxMarianConfig, layer_idx: int | None = None):
         GradientCheckpointingLayer.__init__(self)
@@ -537,21 +605,56 @@ class AdaptiveEntmaxMarianDecoderLayer(MarianDecoderLayer):
             is_causal=True,
             layer_idx=layer_idx,
         )
-        self.dropout = config.dropout
-        self.activation_fn = ACT2FN[config.activation_function]
-        self.activation_dropout = config.activation_dropout
-        self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
         # The decoder-only model (AdaptiveEntmaxMarianForCausalLM) has no encoder to attend to, and no cross-attention
-        # weights; Marian's forward skips the block without encoder states.
+        # weights; the forward skips the block without encoder states.
         self.encoder_attn = self.encoder_attn_layer_norm = None
+        blocks = ("self_attn", "final")
         if config.is_encoder_decoder:
             self.encoder_attn = AdaptiveEntmaxMarianAttention(
                 config, "cross", config.decoder_attention_heads, is_decoder=True, layer_idx=layer_idx
             )
-            self.encoder_attn_layer_norm = nn.LayerNorm(self.embed_dim)
-        self.fc1 = nn.Linear(self.embed_dim, config.decoder_ffn_dim)
-        self.fc2 = nn.Linear(config.decoder_ffn_dim, self.embed_dim)
-        self.final_layer_norm = nn.LayerNorm(self.embed_dim)
+            blocks = ("self_attn", "encoder_attn", "final")
+        last = layer_idx == config.decoder_layers - 1
+        self.build_sublayers(config, config.decoder_ffn_dim, blocks, last)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = True,
+        **kwargs,
+    ) -> torch.Tensor:
+        if self.layer_style == "marian":
+            return super().forward(
+                hidden_states,
+                attention_mask,
+                encoder_hidden_states,
+                encoder_attention_mask,
+                cache,
+                use_cache,
+                **kwargs,
+            )
+        hidden_states = self.sublayer(
+            hidden_states,
+            "self_attn",
+            lambda states: self.self_attn(states, cache=cache, attention_mask=attention_mask, **kwargs)[0],
+        )
+        if encoder_hidden_states is not None:
+            hidden_states = self.sublayer(
+                hidden_states,
+                "encoder_attn",
+                lambda states: self.encoder_attn(
+                    states,
+                    key_value_states=encoder_hidden_states,
+                    attention_mask=encoder_attention_mask,
+                    cache=cache,
+                    **kwargs,
+                )[0],
+            )
+        return self.close(self.sublayer(hidden_states, "final", self.feed_forward))
 
 
 # --- the load-time check: the config must fit the weights it loads ----------------------------------------------
@@ -650,6 +753,18 @@ def _without_model_prefix(key: str) -> str:
     return key.removeprefix("model.")
 
 
+# The weights that tell layer styles apart (`LayerStyleMixin`): Gemma-2's norms after each block, the stack's closing
+# norm of the pre-normalised styles, and LayerNorm's bias, which RMSNorm lacks.
+_LAYER_STYLE_KEYS = ("_post_norm.weight", "output_layer_norm.weight", "_layer_norm.bias")
+
+
+def _has_stack(expected: dict, key: str) -> bool:
+    """Whether the model has the layer block that weight ``key`` belongs to (a decoder-only model loading a translation
+    model's weights has no encoder and no cross-attention)."""
+    block = re.match(r"^((?:encoder|decoder)\.layers\.\d+\.(?:encoder_attn)?)", key)
+    return block is None or any(name.startswith(block[1]) for name in expected)
+
+
 def _size_field(key: str, dim: int, config: AdaptiveEntmaxMarianConfig) -> str:
     """The config field that sets dimension ``dim`` of the weight ``key`` (without the ``model.`` prefix)."""
     stack = "decoder" if key.startswith("decoder.") else "encoder"
@@ -705,6 +820,23 @@ def check_checkpoint_fits(model: nn.Module, checkpoint: CheckpointSummary) -> No
                 f"{where}: the weights hold {max(held) + 1} {stack} layers, but the config's `{stack}_layers` is "
                 f"{layers}: {fix}"
             )
+    # Layer styles differ in their norms (pre_norm's from marian's only by the stack's closing norm): weights of
+    # another style would load around the difference, or fail on the feed-forward's size, naming the wrong field.
+    saved_style = (checkpoint.saved_config or {}).get("layer_style", "marian")
+    style_keys = {key for key in checkpoint.shapes if key.endswith(_LAYER_STYLE_KEYS) and _has_stack(expected, key)}
+    wanted_keys = {key for key in expected if key.endswith(_LAYER_STYLE_KEYS)}
+    if saved_style != config.layer_style:
+        raise ValueError(
+            f"{where}: the weights were saved with layer_style = {saved_style!r}, but the config's `layer_style` is "
+            f"{config.layer_style!r}: {fix}"
+        )
+    if style_keys != wanted_keys:
+        key = min(style_keys ^ wanted_keys)
+        held = "hold" if key in style_keys else "lack"
+        raise ValueError(
+            f"{where}: the weights {held} `{key}`, which the config's `layer_style` {config.layer_style!r} does not "
+            f"fit: they were saved with another layer style; {fix}"
+        )
     for key, shape in checkpoint.shapes.items():
         wanted = expected.get(key)
         if wanted is None or wanted == shape:
