@@ -98,16 +98,27 @@ def checkpoint_model(folder, tokenizer, *flags: str) -> AdaptiveEntmaxMarianMTMo
 def test_a_fresh_run_trains_the_positions_it_is_given_and_says_so_everywhere(tmp_path, train_file, capsys):
     output = tmp_path / "nape"
     argv = ["train", "--train_file", train_file, *PAIR, *QUICK, *FRESH, "--position_embedding_type", "nape"]
-    assert main([*argv, "--output_dir", str(output)]) == 0
+    assert main([*argv, "--layer_style", "pre_norm", "--output_dir", str(output)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert training_docs_line("Positions (given): NAPE") in printed  # docs/training.md shows the line
-    assert json.loads((output / "config.json").read_text())["position_embedding_type"] == "nape"
+    config = json.loads((output / "config.json").read_text())
+    assert (config["position_embedding_type"], config["layer_style"]) == ("nape", "pre_norm")
     summary = json.loads((output / "training_summary.json").read_text())
     assert summary["positions"] == {"type": "nape", "limit": None}
     # The tokenizer trained for the model truncates nowhere: the model takes inputs of any length.
     assert AutoTokenizer.from_pretrained(output).model_max_length > 10**20
     card = (output / "README.md").read_text(encoding="utf-8")
     assert "**Positions**: NAPE: " in card and "inputs may be of any length" in card
+    assert "Marian's encoder–decoder, with pre-norm layers (LayerNorm before each block" in card
+
+
+def test_the_layer_style_is_a_fresh_models_choice(marian_folder):
+    with pytest.raises(
+        HfEntmaxValueError, match="--layer_style gemma2 applies to a fresh model; --model_name_or_path"
+    ):
+        parse_arguments(["--model_name_or_path", str(marian_folder), "--layer_style", "gemma2"])
+    with pytest.raises(HfEntmaxValueError, match="--layer_style must be one of marian, pre_norm, gemma2, got 'post'"):
+        parse_arguments(["--layer_style", "post"])
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from ..errors import HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import (
     ALIBI_DIRECTIONS,
     CROSS_ATTENTION_POSITION_TYPES,
+    LAYER_STYLES,
     POSITION_TYPES,
     SCALED_HEADS,
     SCALING_METHODS,
@@ -216,6 +217,14 @@ class ModelArguments(PositionArguments, AttentionArguments):
             f"Default: {DEFAULT_MODEL_SIZE}. Not with --model_name_or_path (the checkpoint has its size)."
         },
     )
+    layer_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "Layers of a fresh model: 'marian' (Marian's post-norm, the default), 'pre_norm' (LayerNorm "
+            "before each block) or 'gemma2' (Gemma-2's RMSNorm before and after each block, gated feed-forward); "
+            "docs/model.md, Layer styles. Not with --model_name_or_path (the checkpoint has its own)."
+        },
+    )
     recipe: str = field(
         default="auto",
         metadata={
@@ -279,6 +288,15 @@ class ModelArguments(PositionArguments, AttentionArguments):
             raise HfEntmaxValueError(
                 f"--model_size {self.model_size} applies to a fresh model; --model_name_or_path "
                 f"{self.model_name_or_path} has its own size"
+            )
+        if self.model_name_or_path is not None and self.layer_style is not None:
+            raise HfEntmaxValueError(
+                f"--layer_style {self.layer_style} applies to a fresh model; --model_name_or_path "
+                f"{self.model_name_or_path} has its own layers, which its weights were trained with"
+            )
+        if self.layer_style is not None and self.layer_style not in LAYER_STYLES:
+            raise HfEntmaxValueError(
+                f"--layer_style must be one of {', '.join(LAYER_STYLES)}, got {self.layer_style!r}"
             )
         if (self.model_name_or_path or self.tokenizer_name) is not None and self.vocab_size is not None:
             raise HfEntmaxValueError(

@@ -247,6 +247,7 @@ def load_model(
             decoder_start_token_id=tokenizer.pad_token_id,
             forced_eos_token_id=tokenizer.eos_token_id,
             scale_embedding=True,
+            **({"layer_style": model_args.layer_style} if model_args.layer_style else {}),
         )
         return AdaptiveEntmaxMarianMTModel(config)
 
