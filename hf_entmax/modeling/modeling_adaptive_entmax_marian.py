@@ -527,7 +527,11 @@ class LayerStyleMixin:
     feed-forward, Marian's ``final_layer_norm``).
     """
 
-    def build_sublayers(self, config: AdaptiveEntmaxMarianConfig, ffn_dim: int, blocks: tuple[str, ...], last: bool):
+    def build_sublayers(
+        self, config: AdaptiveEntmaxMarianConfig, ffn_dim: int, blocks: tuple[str, ...], last: bool
+    ) -> None:
+        """The norms of ``blocks``, the feed-forward of width ``ffn_dim`` and, in the ``last`` layer of a
+        pre-normalised stack, its closing norm."""
         self.layer_style = config.layer_style
         self.dropout = config.dropout
         self.activation_fn = ACT2FN[config.activation_function]
@@ -564,6 +568,7 @@ class LayerStyleMixin:
         return self.fc2(hidden_states)
 
     def close(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The layer's output: normalised once more in the last layer of a pre-normalised stack."""
         return hidden_states if self.output_layer_norm is None else self.output_layer_norm(hidden_states)
 
 
