@@ -118,6 +118,36 @@ def test_count(length: int, arguments: argparse.Namespace) -> int:
     return min(arguments.test_strings, max(arguments.min_test_strings, arguments.test_tokens // length))
 
 
+def without_test_lengths(settings: dict) -> dict:
+    """A run's settings but for ``test_multiples``: the lengths it is tested at do not change what it learned."""
+    return {name: value for name, value in settings.items() if name != "test_multiples"}
+
+
+def test_lengths(
+    model: nn.Module,
+    multiples: Sequence[int],
+    accuracy: Callable[[nn.Module, int], tuple[float, float, float]],
+    train_length: int,
+    unit: str,
+    arguments: argparse.Namespace,
+    log: Log,
+) -> dict[str, dict[str, float]]:
+    """``accuracy(model, length)`` at each of ``multiples`` × ``train_length``, logged: exact match, share of ``unit``
+    right and right prefix, each by multiple (as a string, the result's keys)."""
+    measured = {"exact match": {}, "symbol accuracy": {}, "right prefix": {}}
+    for multiple in multiples:
+        length = multiple * train_length
+        began = time.perf_counter()
+        exact, right, prefix = accuracy(model, length)
+        for name, value in zip(measured, (exact, right, prefix), strict=True):
+            measured[name][str(multiple)] = value
+        log(
+            f"  {multiple}× (length {length}, {test_count(length, arguments)} strings): exact match {exact:.3f}, "
+            f"{unit} {right:.3f}, right prefix {prefix:.3f} ({time.perf_counter() - began:.1f} s)"
+        )
+    return measured
+
+
 def run_or_read(
     folder: Path,
     settings: dict,
@@ -131,21 +161,40 @@ def run_or_read(
     learned: Callable[[nn.Module], dict],
     train_length: int,
     unit: str,
+    load: Callable[[Path], nn.Module] | None = None,
 ) -> dict:
     """One run: ``build()`` a model, ``train(model)`` it (its dict of training figures goes into the result), and
     measure ``accuracy(model, length)`` (exact match, share of ``unit`` right, share right before each string's first
     wrong one) at each ``--test_multiples`` × ``train_length``; its result is written to ``folder/result.json``, and
     with ``--save_models`` the model to ``folder/model``. A run that finished before is read from there instead, if
-    it was measured with the same ``settings``; with other settings the benchmark stops."""
+    it was measured with the same ``settings`` (``--test_multiples`` aside); with other settings the benchmark stops.
+    Test lengths it was not measured at are measured on its kept model, ``load(folder / "model")``, and added to its
+    result; without a kept model (or a ``load``) the benchmark stops."""
     result_file = folder / "result.json"
     if result_file.exists():
         result = json.loads(result_file.read_text())
-        if result["settings"] != settings:
+        if without_test_lengths(result["settings"]) != without_test_lengths(settings):
             sys.exit(
                 f"{result_file} was measured with other settings ({result['settings']}); use another --output_dir"
             )
         log(f"{label}: finished before, read from {result_file}")
-        if arguments.save_models and not (folder / "model").is_dir():
+        untested = [multiple for multiple in arguments.test_multiples if str(multiple) not in result["exact match"]]
+        kept = folder / "model"
+        if untested:
+            missing = f"{result_file} was not tested at {', '.join(f'{multiple}×' for multiple in untested)}"
+            if load is None:
+                sys.exit(f"{missing}, and this benchmark tests runs as it trains them only; use another --output_dir")
+            if not kept.is_dir():
+                sys.exit(f"{missing}, and its model was not kept (--save_models); use another --output_dir")
+            log(f"  testing its kept model at {', '.join(f'{multiple}×' for multiple in untested)}")
+            began = time.perf_counter()
+            model = load(kept).to(arguments.device)
+            for name, measured in test_lengths(model, untested, accuracy, train_length, unit, arguments, log).items():
+                result[name].update(measured)
+            result["settings"]["test_multiples"] = sorted({*result["settings"]["test_multiples"], *untested})
+            result["test seconds"] = round(result["test seconds"] + time.perf_counter() - began, 1)
+            result_file.write_text(json.dumps(result, indent=1))
+        elif arguments.save_models and not kept.is_dir():
             log("  no model saved: it was trained without --save_models (another --output_dir trains it again)")
         return result
     log(f"{label}: training {arguments.steps} steps")
@@ -153,22 +202,11 @@ def run_or_read(
     started = time.perf_counter()
     trained = train(model)
     tested = time.perf_counter()
-    exact, right, prefix = {}, {}, {}
-    for multiple in arguments.test_multiples:
-        length = multiple * train_length
-        began = time.perf_counter()
-        exact[str(multiple)], right[str(multiple)], prefix[str(multiple)] = accuracy(model, length)
-        log(
-            f"  {multiple}× (length {length}, {test_count(length, arguments)} strings): exact match "
-            f"{exact[str(multiple)]:.3f}, {unit} {right[str(multiple)]:.3f}, right prefix {prefix[str(multiple)]:.3f} "
-            f"({time.perf_counter() - began:.1f} s)"
-        )
+    measured = test_lengths(model, arguments.test_multiples, accuracy, train_length, unit, arguments, log)
     result = {
         "settings": settings,
         **trained,
-        "exact match": exact,
-        "symbol accuracy": right,
-        "right prefix": prefix,
+        **measured,
         "learned": learned(model),
         "training seconds": round(tested - started, 1),
         "test seconds": round(time.perf_counter() - tested, 1),

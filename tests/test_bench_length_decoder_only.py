@@ -254,13 +254,15 @@ def test_a_finished_run_is_read_and_one_with_other_settings_refused(arguments, t
     arguments.output_dir = str(tmp_path)
     folder = tmp_path / "copy" / "nape" / "softmax" / "seed0"
     folder.mkdir(parents=True)
-    finished = {"settings": bench.run_settings("softmax", arguments), "exact match": {"1": 0.5}}
+    finished = {"settings": bench.run_settings("softmax", arguments), "exact match": {"1": 0.5, "2": 0.25}}
     (folder / "result.json").write_text(json.dumps(finished))
 
     def no_training(*_):
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(bench, "build_model", no_training)
+    assert bench.run_one("copy", "nape", "softmax", 0, arguments, print) == finished
+    arguments.test_multiples = [1]  # fewer test lengths: the same run
     assert bench.run_one("copy", "nape", "softmax", 0, arguments, print) == finished
     arguments.steps += 1
     with pytest.raises(SystemExit, match="other settings"):
@@ -336,3 +338,37 @@ def test_a_saved_model_is_the_one_that_was_scored(tmp_path, capsys):
     bench.main([*command[:-1], "--output_dir", str(tmp_path / "other")])  # trained without saving
     bench.main([*command[:-1], "--output_dir", str(tmp_path / "other"), "--save_models"])
     assert "no model saved" in capsys.readouterr().out
+
+
+def test_a_finished_run_is_tested_on_its_kept_model_at_new_lengths_only(tmp_path, capsys, monkeypatch):
+    output_dir = tmp_path / "out"
+    command = [*TINY, "--output_dir", str(output_dir), "--tasks", "copy", "--positions", "nape"]
+    command += ["--variants", "softmax", "--seeds", "0", "--save_models"]
+    bench.main(command)
+    bench.main([*command[:-1], "--output_dir", str(tmp_path / "unsaved")])
+    result_file = output_dir / "copy" / "nape" / "softmax" / "seed0" / "result.json"
+    before = json.loads(result_file.read_text())
+
+    def no_training(*_):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(bench, "build_model", no_training)
+    tested = []
+    test_accuracy = bench.test_accuracy
+    monkeypatch.setattr(bench, "test_accuracy", lambda *given: tested.append(given[2]) or test_accuracy(*given))
+    capsys.readouterr()
+    bench.main([*command, "--test_multiples", "1", "2", "3"])
+    assert tested == [36] and "testing its kept model at 3×" in capsys.readouterr().out  # 3 × the longest, 12
+    after = json.loads(result_file.read_text())
+    model = bench.AdaptiveEntmaxMarianForCausalLM.from_pretrained(result_file.parent / "model")
+    measured = test_accuracy(model, "copy", 36, bench.parse_arguments(TINY))
+    assert (after["exact match"]["3"], after["symbol accuracy"]["3"], after["right prefix"]["3"]) == measured
+    for name in ("exact match", "symbol accuracy", "right prefix"):
+        assert {key: after[name][key] for key in ("1", "2")} == before[name]
+    assert after["settings"] == {**before["settings"], "test_multiples": [1, 2, 3]}
+    assert after["test seconds"] > before["test seconds"]
+
+    bench.main([*command, "--test_multiples", "3", "1"])  # lengths it was tested at: read, nothing tested
+    assert tested == [36] and "| 3× (36) | 1× (12) |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"not tested at 4×, and its model was not kept \(--save_models\)"):
+        bench.main([*command[:-1], "--output_dir", str(tmp_path / "unsaved"), "--test_multiples", "1", "4"])

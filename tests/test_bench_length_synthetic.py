@@ -1,6 +1,7 @@
 """The encoder–decoder length benchmark (benchmarks/bench_length_synthetic.py) at tiny sizes: a run of relative
 positions writes its own table, beside (not over) the sinusoidal one, cross-attention positions a third, and a run
-of two kinds with --markdown is refused before anything trains."""
+of two kinds with --markdown is refused before anything trains; a finished run is read at the lengths it was tested
+at, not tested at new ones."""
 
 import argparse
 import os
@@ -88,3 +89,13 @@ def test_each_positions_option_builds_the_model_it_names(positions, expected):
     assert (config.position_embedding_type, config.encoder_alibi_directions, config.cross_attention_positions) == (
         expected
     )
+
+
+def test_a_finished_run_is_read_at_fewer_lengths_and_refused_at_new_ones(tmp_path, capsys):
+    command = [*TINY, "--positions", "rope", "--output_dir", str(tmp_path / "out")]
+    bench.main(command)
+    capsys.readouterr()
+    bench.main([*command, "--test_multiples", "2"])
+    assert "finished before" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="not tested at 4×, and this benchmark tests runs as it trains them only"):
+        bench.main([*command, "--test_multiples", "1", "4"])
