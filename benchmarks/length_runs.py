@@ -123,7 +123,7 @@ def without_test_lengths(settings: dict) -> dict:
     return {name: value for name, value in settings.items() if name != "test_multiples"}
 
 
-def test_lengths(
+def measure_lengths(
     model: nn.Module,
     multiples: Sequence[int],
     accuracy: Callable[[nn.Module, int], tuple[float, float, float]],
@@ -189,7 +189,9 @@ def run_or_read(
             log(f"  testing its kept model at {', '.join(f'{multiple}×' for multiple in untested)}")
             began = time.perf_counter()
             model = load(kept).to(arguments.device)
-            for name, measured in test_lengths(model, untested, accuracy, train_length, unit, arguments, log).items():
+            for name, measured in measure_lengths(
+                model, untested, accuracy, train_length, unit, arguments, log
+            ).items():
                 result[name].update(measured)
             result["settings"]["test_multiples"] = sorted({*result["settings"]["test_multiples"], *untested})
             result["test seconds"] = round(result["test seconds"] + time.perf_counter() - began, 1)
@@ -202,7 +204,7 @@ def run_or_read(
     started = time.perf_counter()
     trained = train(model)
     tested = time.perf_counter()
-    measured = test_lengths(model, arguments.test_multiples, accuracy, train_length, unit, arguments, log)
+    measured = measure_lengths(model, arguments.test_multiples, accuracy, train_length, unit, arguments, log)
     result = {
         "settings": settings,
         **trained,
