@@ -12,6 +12,7 @@ from dataclasses import Field, dataclass, field, fields, make_dataclass
 from transformers import Seq2SeqTrainingArguments
 from transformers.hf_argparser import string_to_bool
 
+from ..common.config import LAYER_STYLE_DESCRIPTIONS
 from ..errors import HfEntmaxValueError
 from ..modeling.configuration_adaptive_entmax_marian import (
     ALIBI_DIRECTIONS,
@@ -220,9 +221,9 @@ class ModelArguments(PositionArguments, AttentionArguments):
     layer_style: str | None = field(
         default=None,
         metadata={
-            "help": "Layers of a fresh model: 'marian' (Marian's post-norm, the default), 'pre_norm' (LayerNorm "
-            "before each block) or 'gemma2' (Gemma-2's RMSNorm before and after each block, gated feed-forward); "
-            "docs/model.md, Layer styles. Not with --model_name_or_path (the checkpoint has its own)."
+            "help": "Layers of a fresh model: 'marian' = Marian's post-norm layers (the default); "
+            + "; ".join(f"'{style}' = {description}" for style, description in LAYER_STYLE_DESCRIPTIONS.items())
+            + ". See docs/model.md, Layer styles. Not with --model_name_or_path (the checkpoint has its own)."
         },
     )
     recipe: str = field(
@@ -294,10 +295,8 @@ class ModelArguments(PositionArguments, AttentionArguments):
                 f"--layer_style {self.layer_style} applies to a fresh model; --model_name_or_path "
                 f"{self.model_name_or_path} has its own layers, which its weights were trained with"
             )
-        if self.layer_style is not None and self.layer_style not in LAYER_STYLES:
-            raise HfEntmaxValueError(
-                f"--layer_style must be one of {', '.join(LAYER_STYLES)}, got {self.layer_style!r}"
-            )
+        if self.layer_style is not None:
+            parse_choice(self.layer_style, LAYER_STYLES, "--layer_style")
         if (self.model_name_or_path or self.tokenizer_name) is not None and self.vocab_size is not None:
             raise HfEntmaxValueError(
                 "--vocab_size applies to a tokenizer trained on the data; with --model_name_or_path or "
