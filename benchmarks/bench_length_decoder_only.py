@@ -75,12 +75,13 @@ at 4×, 32 at 8×, 16 at 16× and 4 at 64× (the table says how many). The promp
 string of a batch has written ``<eos>``. Our own loop, rather than `generate`, is what allows the chunked prefill; it
 decodes as fast as `generate` and gives the same tokens (tests/test_bench_length_decoder_only.py).
 
-Runs already finished in --output_dir are read, not repeated (their settings must match, ``--test_multiples``
-aside; another --output_dir otherwise). ``--save_models`` also keeps each model it trains in its run folder's
-``model/`` (`AutoModelForCausalLM` loads it), to look at its outputs and attention later without training it again,
-and to test it at more lengths: a finished run is tested on its kept model at the ``--test_multiples`` it was not
-tested at, and its result extended. ``--markdown docs/benchmarks.md`` writes the table between the markers
-``table:length-decoder-only``.
+Runs already finished in --output_dir are read, not repeated (their settings must match, the test's aside; another
+--output_dir otherwise). ``--save_models`` also keeps each model it trains in its run folder's ``model/``
+(`AutoModelForCausalLM` loads it), to look at its outputs and attention later without training it again, and to test
+it again: a finished run is tested on its kept model at the ``--test_multiples`` it was not tested at, and its result
+extended; with other test strings (``--test_strings``, ``--min_test_strings``, ``--test_tokens``, ``--test_seed``)
+it is tested again at every length asked for, and its result replaced. ``--markdown docs/benchmarks.md`` writes the
+table between the markers ``table:length-decoder-only``.
 """
 
 import argparse

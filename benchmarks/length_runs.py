@@ -118,9 +118,13 @@ def test_count(length: int, arguments: argparse.Namespace) -> int:
     return min(arguments.test_strings, max(arguments.min_test_strings, arguments.test_tokens // length))
 
 
-def without_test_lengths(settings: dict) -> dict:
-    """A run's settings but for ``test_multiples``: the lengths it is tested at do not change what it learned."""
-    return {name: value for name, value in settings.items() if name != "test_multiples"}
+# What a run is tested on, as opposed to what it learned: a kept model can be tested again on other lengths or strings.
+TEST_SETTINGS = ("test_multiples", "test_strings", "min_test_strings", "test_tokens", "test_seed")
+
+
+def without_test_settings(settings: dict) -> dict:
+    """A run's settings but for those of its test (``TEST_SETTINGS``), which do not change what it learned."""
+    return {name: value for name, value in settings.items() if name not in TEST_SETTINGS}
 
 
 def measure_lengths(
@@ -167,34 +171,51 @@ def run_or_read(
     measure ``accuracy(model, length)`` (exact match, share of ``unit`` right, share right before each string's first
     wrong one) at each ``--test_multiples`` × ``train_length``; its result is written to ``folder/result.json``, and
     with ``--save_models`` the model to ``folder/model``. A run that finished before is read from there instead, if
-    it was measured with the same ``settings`` (``--test_multiples`` aside); with other settings the benchmark stops.
-    Test lengths it was not measured at are measured on its kept model, ``load(folder / "model")``, and added to its
-    result; without a kept model (or a ``load``) the benchmark stops."""
+    it was trained with the same ``settings`` (those of its test, ``TEST_SETTINGS``, aside); with other settings the
+    benchmark stops. Test lengths it was not measured at are measured on its kept model, ``load(folder / "model")``,
+    and added to its result; with other test strings (count or seed) every length asked for is measured again and
+    replaces the result's. Without a kept model (or a ``load``) the benchmark stops."""
     result_file = folder / "result.json"
     if result_file.exists():
         result = json.loads(result_file.read_text())
-        if without_test_lengths(result["settings"]) != without_test_lengths(settings):
+        if without_test_settings(result["settings"]) != without_test_settings(settings):
             sys.exit(
                 f"{result_file} was measured with other settings ({result['settings']}); use another --output_dir"
             )
         log(f"{label}: finished before, read from {result_file}")
-        untested = [multiple for multiple in arguments.test_multiples if str(multiple) not in result["exact match"]]
+        strings = {name: settings[name] for name in TEST_SETTINGS if name != "test_multiples"}
+        same_strings = all(result["settings"].get(name) == value for name, value in strings.items())
+        untested = [
+            multiple
+            for multiple in arguments.test_multiples
+            if not same_strings or str(multiple) not in result["exact match"]
+        ]
         kept = folder / "model"
         if untested:
-            missing = f"{result_file} was not tested at {', '.join(f'{multiple}×' for multiple in untested)}"
+            lengths = ", ".join(f"{multiple}×" for multiple in untested)
+            if same_strings:
+                missing = f"{result_file} was not tested at {lengths}"
+            else:
+                tested_on = {name: result["settings"].get(name) for name in strings}
+                missing = f"{result_file} was tested on other strings ({tested_on}, not {strings})"
             if load is None:
                 sys.exit(f"{missing}, and this benchmark tests runs as it trains them only; use another --output_dir")
             if not kept.is_dir():
                 sys.exit(f"{missing}, and its model was not kept (--save_models); use another --output_dir")
-            log(f"  testing its kept model at {', '.join(f'{multiple}×' for multiple in untested)}")
+            log(f"  testing its kept model at {lengths}" + ("" if same_strings else f" on other strings ({strings})"))
             began = time.perf_counter()
             model = load(kept).to(arguments.device)
-            for name, measured in measure_lengths(
-                model, untested, accuracy, train_length, unit, arguments, log
-            ).items():
-                result[name].update(measured)
-            result["settings"]["test_multiples"] = sorted({*result["settings"]["test_multiples"], *untested})
-            result["test seconds"] = round(result["test seconds"] + time.perf_counter() - began, 1)
+            measured = measure_lengths(model, untested, accuracy, train_length, unit, arguments, log)
+            seconds = time.perf_counter() - began
+            if same_strings:
+                for name, values in measured.items():
+                    result[name].update(values)
+                result["settings"]["test_multiples"] = sorted({*result["settings"]["test_multiples"], *untested})
+                result["test seconds"] = round(result["test seconds"] + seconds, 1)
+            else:  # measurements on other strings do not mix: the result holds the new test only
+                result.update(measured)
+                result["settings"].update({**strings, "test_multiples": sorted(untested)})
+                result["test seconds"] = round(seconds, 1)
             result_file.write_text(json.dumps(result, indent=1))
         elif arguments.save_models and not kept.is_dir():
             log("  no model saved: it was trained without --save_models (another --output_dir trains it again)")

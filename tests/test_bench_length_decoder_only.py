@@ -372,3 +372,40 @@ def test_a_finished_run_is_tested_on_its_kept_model_at_new_lengths_only(tmp_path
     assert tested == [36] and "| 3× (36) | 1× (12) |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match=r"not tested at 4×, and its model was not kept \(--save_models\)"):
         bench.main([*command[:-1], "--output_dir", str(tmp_path / "unsaved"), "--test_multiples", "1", "4"])
+
+
+def test_a_kept_model_tested_on_other_strings_replaces_the_result(tmp_path, capsys, monkeypatch):
+    output_dir = tmp_path / "out"
+    command = [*TINY, "--output_dir", str(output_dir), "--tasks", "copy", "--positions", "nape"]
+    command += ["--variants", "softmax", "--seeds", "0", "--save_models"]
+    bench.main(command)
+    bench.main([*command[:-1], "--output_dir", str(tmp_path / "unsaved")])
+    result_file = output_dir / "copy" / "nape" / "softmax" / "seed0" / "result.json"
+    before = json.loads(result_file.read_text())
+
+    def no_training(*_):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(bench, "build_model", no_training)
+    tested = []
+    test_accuracy = bench.test_accuracy
+    monkeypatch.setattr(bench, "test_accuracy", lambda *given: tested.append(given[2]) or test_accuracy(*given))
+    other_strings = ["--test_multiples", "2", "--test_seed", "7", "--test_strings", "4"]
+    bench.main([*command, *other_strings])
+    assert tested == [24]  # every length asked for, though 2× was tested before
+    after = json.loads(result_file.read_text())
+    model = bench.AdaptiveEntmaxMarianForCausalLM.from_pretrained(result_file.parent / "model")
+    exact, right, prefix = test_accuracy(model, "copy", 24, bench.parse_arguments([*TINY, *other_strings]))
+    measured = {"exact match": {"2": exact}, "symbol accuracy": {"2": right}, "right prefix": {"2": prefix}}
+    assert {name: after[name] for name in measured} == measured  # 1× went with the old strings
+    assert after["settings"] == {**before["settings"], "test_multiples": [2], "test_seed": 7, "test_strings": 4}
+
+    bench.main([*command, *other_strings])  # the same strings again: read, nothing tested
+    assert tested == [24]
+    capsys.readouterr()
+    bench.main(command)  # back to the first strings: tested again at both lengths
+    assert tested == [24, 12, 24] and "on other strings" in capsys.readouterr().out
+    again = json.loads(result_file.read_text())
+    assert {**again, "test seconds": None} == {**before, "test seconds": None}  # the same strings, the same scores
+    with pytest.raises(SystemExit, match=r"tested on other strings .*, and its model was not kept \(--save_models\)"):
+        bench.main([*command[:-1], "--output_dir", str(tmp_path / "unsaved"), "--test_seed", "7"])

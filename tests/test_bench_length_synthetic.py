@@ -99,3 +99,7 @@ def test_a_finished_run_is_read_at_fewer_lengths_and_refused_at_new_ones(tmp_pat
     assert "finished before" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="not tested at 4×, and this benchmark tests runs as it trains them only"):
         bench.main([*command, "--test_multiples", "1", "4"])
+    with pytest.raises(
+        SystemExit, match=r"tested on other strings .*, and this benchmark tests runs as it trains them"
+    ):
+        bench.main([*command, "--test_seed", "7"])
