@@ -7,6 +7,7 @@ scanning the source), not with the generators' own code."""
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -340,14 +341,17 @@ def test_a_saved_model_is_the_one_that_was_scored(tmp_path, capsys):
     assert "no model saved" in capsys.readouterr().out
 
 
-def test_a_finished_run_is_tested_on_its_kept_model_at_new_lengths_only(tmp_path, capsys, monkeypatch):
+@pytest.fixture
+def finished_run(tmp_path, monkeypatch):
+    """A tiny softmax run finished with its model kept (``command``) and one without (``unsaved``); training again
+    fails, and ``tested`` lists the lengths tested from then on."""
     output_dir = tmp_path / "out"
     command = [*TINY, "--output_dir", str(output_dir), "--tasks", "copy", "--positions", "nape"]
     command += ["--variants", "softmax", "--seeds", "0", "--save_models"]
+    unsaved = [*command[:-1], "--output_dir", str(tmp_path / "unsaved")]
     bench.main(command)
-    bench.main([*command[:-1], "--output_dir", str(tmp_path / "unsaved")])
+    bench.main(unsaved)
     result_file = output_dir / "copy" / "nape" / "softmax" / "seed0" / "result.json"
-    before = json.loads(result_file.read_text())
 
     def no_training(*_):
         raise AssertionError("a finished run was trained again")
@@ -356,56 +360,64 @@ def test_a_finished_run_is_tested_on_its_kept_model_at_new_lengths_only(tmp_path
     tested = []
     test_accuracy = bench.test_accuracy
     monkeypatch.setattr(bench, "test_accuracy", lambda *given: tested.append(given[2]) or test_accuracy(*given))
+    return SimpleNamespace(
+        command=command,
+        unsaved=unsaved,
+        result_file=result_file,
+        before=json.loads(result_file.read_text()),
+        tested=tested,
+        test_accuracy=test_accuracy,
+    )
+
+
+def test_a_finished_run_is_tested_on_its_kept_model_at_new_lengths_only(finished_run, capsys):
     capsys.readouterr()
-    bench.main([*command, "--test_multiples", "1", "2", "3"])
-    assert tested == [36] and "testing its kept model at 3×" in capsys.readouterr().out  # 3 × the longest, 12
-    after = json.loads(result_file.read_text())
-    model = bench.AdaptiveEntmaxMarianForCausalLM.from_pretrained(result_file.parent / "model")
-    measured = test_accuracy(model, "copy", 36, bench.parse_arguments(TINY))
+    bench.main([*finished_run.command, "--test_multiples", "1", "2", "3"])
+    assert (
+        finished_run.tested == [36] and "testing its kept model at 3×" in capsys.readouterr().out
+    )  # 3 × the longest, 12
+    after = json.loads(finished_run.result_file.read_text())
+    model = bench.AdaptiveEntmaxMarianForCausalLM.from_pretrained(finished_run.result_file.parent / "model")
+    measured = finished_run.test_accuracy(model, "copy", 36, bench.parse_arguments(TINY))
     assert (after["exact match"]["3"], after["symbol accuracy"]["3"], after["right prefix"]["3"]) == measured
     for name in ("exact match", "symbol accuracy", "right prefix"):
-        assert {key: after[name][key] for key in ("1", "2")} == before[name]
-    assert after["settings"] == {**before["settings"], "test_multiples": [1, 2, 3]}
-    assert after["test seconds"] > before["test seconds"]
+        assert {key: after[name][key] for key in ("1", "2")} == finished_run.before[name]
+    assert after["settings"] == {**finished_run.before["settings"], "test_multiples": [1, 2, 3]}
+    assert after["test seconds"] > finished_run.before["test seconds"]
 
-    bench.main([*command, "--test_multiples", "3", "1"])  # lengths it was tested at: read, nothing tested
-    assert tested == [36] and "| 3× (36) | 1× (12) |" in capsys.readouterr().out
+    bench.main([*finished_run.command, "--test_multiples", "3", "1"])  # lengths it was tested at: read, nothing tested
+    assert finished_run.tested == [36] and "| 3× (36) | 1× (12) |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match=r"not tested at 4×, and its model was not kept \(--save_models\)"):
-        bench.main([*command[:-1], "--output_dir", str(tmp_path / "unsaved"), "--test_multiples", "1", "4"])
+        bench.main([*finished_run.unsaved, "--test_multiples", "1", "4"])
 
 
-def test_a_kept_model_tested_on_other_strings_replaces_the_result(tmp_path, capsys, monkeypatch):
-    output_dir = tmp_path / "out"
-    command = [*TINY, "--output_dir", str(output_dir), "--tasks", "copy", "--positions", "nape"]
-    command += ["--variants", "softmax", "--seeds", "0", "--save_models"]
-    bench.main(command)
-    bench.main([*command[:-1], "--output_dir", str(tmp_path / "unsaved")])
-    result_file = output_dir / "copy" / "nape" / "softmax" / "seed0" / "result.json"
-    before = json.loads(result_file.read_text())
-
-    def no_training(*_):
-        raise AssertionError("a finished run was trained again")
-
-    monkeypatch.setattr(bench, "build_model", no_training)
-    tested = []
-    test_accuracy = bench.test_accuracy
-    monkeypatch.setattr(bench, "test_accuracy", lambda *given: tested.append(given[2]) or test_accuracy(*given))
+def test_a_kept_model_tested_on_other_strings_replaces_the_result(finished_run, capsys):
     other_strings = ["--test_multiples", "2", "--test_seed", "7", "--test_strings", "4"]
-    bench.main([*command, *other_strings])
-    assert tested == [24]  # every length asked for, though 2× was tested before
-    after = json.loads(result_file.read_text())
-    model = bench.AdaptiveEntmaxMarianForCausalLM.from_pretrained(result_file.parent / "model")
-    exact, right, prefix = test_accuracy(model, "copy", 24, bench.parse_arguments([*TINY, *other_strings]))
+    bench.main([*finished_run.command, *other_strings])
+    assert finished_run.tested == [24]  # every length asked for, though 2× was tested before
+    after = json.loads(finished_run.result_file.read_text())
+    model = bench.AdaptiveEntmaxMarianForCausalLM.from_pretrained(finished_run.result_file.parent / "model")
+    exact, right, prefix = finished_run.test_accuracy(
+        model, "copy", 24, bench.parse_arguments([*TINY, *other_strings])
+    )
     measured = {"exact match": {"2": exact}, "symbol accuracy": {"2": right}, "right prefix": {"2": prefix}}
     assert {name: after[name] for name in measured} == measured  # 1× went with the old strings
-    assert after["settings"] == {**before["settings"], "test_multiples": [2], "test_seed": 7, "test_strings": 4}
+    assert after["settings"] == {
+        **finished_run.before["settings"],
+        "test_multiples": [2],
+        "test_seed": 7,
+        "test_strings": 4,
+    }
 
-    bench.main([*command, *other_strings])  # the same strings again: read, nothing tested
-    assert tested == [24]
+    bench.main([*finished_run.command, *other_strings])  # the same strings again: read, nothing tested
+    assert finished_run.tested == [24]
     capsys.readouterr()
-    bench.main(command)  # back to the first strings: tested again at both lengths
-    assert tested == [24, 12, 24] and "on other strings" in capsys.readouterr().out
-    again = json.loads(result_file.read_text())
-    assert {**again, "test seconds": None} == {**before, "test seconds": None}  # the same strings, the same scores
+    bench.main(finished_run.command)  # back to the first strings: tested again at both lengths
+    assert finished_run.tested == [24, 12, 24] and "on other strings" in capsys.readouterr().out
+    again = json.loads(finished_run.result_file.read_text())
+    assert {**again, "test seconds": None} == {
+        **finished_run.before,
+        "test seconds": None,
+    }  # the same strings, the same scores
     with pytest.raises(SystemExit, match=r"tested on other strings .*, and its model was not kept \(--save_models\)"):
-        bench.main([*command[:-1], "--output_dir", str(tmp_path / "unsaved"), "--test_seed", "7"])
+        bench.main([*finished_run.unsaved, "--test_seed", "7"])
