@@ -373,9 +373,8 @@ def finished_run(tmp_path, monkeypatch):
 def test_a_finished_run_is_tested_on_its_kept_model_at_new_lengths_only(finished_run, capsys):
     capsys.readouterr()
     bench.main([*finished_run.command, "--test_multiples", "1", "2", "3"])
-    assert (
-        finished_run.tested == [36] and "testing its kept model at 3×" in capsys.readouterr().out
-    )  # 3 × the longest, 12
+    out = capsys.readouterr().out
+    assert finished_run.tested == [36] and "testing its kept model at 3×" in out  # 3 × the longest, 12
     after = json.loads(finished_run.result_file.read_text())
     model = bench.AdaptiveEntmaxMarianForCausalLM.from_pretrained(finished_run.result_file.parent / "model")
     measured = finished_run.test_accuracy(model, "copy", 36, bench.parse_arguments(TINY))
@@ -415,9 +414,7 @@ def test_a_kept_model_tested_on_other_strings_replaces_the_result(finished_run, 
     bench.main(finished_run.command)  # back to the first strings: tested again at both lengths
     assert finished_run.tested == [24, 12, 24] and "on other strings" in capsys.readouterr().out
     again = json.loads(finished_run.result_file.read_text())
-    assert {**again, "test seconds": None} == {
-        **finished_run.before,
-        "test seconds": None,
-    }  # the same strings, the same scores
+    # the same strings, the same scores
+    assert {**again, "test seconds": None} == {**finished_run.before, "test seconds": None}
     with pytest.raises(SystemExit, match=r"tested on other strings .*, and its model was not kept \(--save_models\)"):
         bench.main([*finished_run.unsaved, "--test_seed", "7"])
