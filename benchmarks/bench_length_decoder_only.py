@@ -87,7 +87,7 @@ table between the markers ``table:length-decoder-only``.
 import argparse
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import length_runs
@@ -412,31 +412,41 @@ def train(model, task: str, arguments: argparse.Namespace, seed: int, label: str
     return length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log)
 
 
-@torch.inference_mode()
-def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) -> tuple[float, float, float]:
-    """``(exact match, symbol accuracy, right prefix)`` of greedy decoding on test strings of ``length``: the share
-    of strings whose output is exactly the target and its ``<eos>``, the share of all answer positions right, and
-    the share right before each string's first wrong position (where outputs lose their way).
-
-    The test strings depend only on the task, ``length`` and ``--test_seed``: every variant and seed gets the same
-    ones."""
-    model.eval()
+def test_pairs(task: str, length: int, arguments: argparse.Namespace) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The test strings of ``length`` (`samples`). They depend only on the task, ``length`` and ``--test_seed``, so
+    that every variant and seed gets the same ones."""
     data = torch.Generator().manual_seed(arguments.test_seed * 100_003 + length)
-    count = length_runs.test_count(length, arguments)
-    pairs = samples(task, [length] * count, arguments, data)
+    return samples(task, [length] * length_runs.test_count(length, arguments), arguments, data)
+
+
+def decode_pairs(
+    model, pairs: list[tuple[torch.Tensor, torch.Tensor]], arguments: argparse.Namespace
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``(prompts, answers, outputs)`` of greedy decoding, a batch of ``pairs`` of one length at a time (as many as
+    ``--eval_tokens`` prompt tokens allow); see `prompts_and_answers` and `greedy_decode`. Outputs are on the CPU."""
     size = max(1, arguments.eval_tokens // (len(pairs[0][0]) + 2))  # strings per decoding batch
-    correct, right_positions, prefix_positions, positions = 0, 0, 0, 0
-    for start in range(0, count, size):
+    for start in range(0, len(pairs), size):
         prompts, answers = prompts_and_answers(pairs[start : start + size])
         outputs = greedy_decode(model, prompts.to(model.device), answers.shape[1], arguments.prefill_chunk)
-        exact, right, prefix = score(outputs.cpu(), answers)
+        yield prompts, answers, outputs.cpu()
+
+
+def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) -> tuple[float, float, float]:
+    """``(exact match, symbol accuracy, right prefix)`` of greedy decoding on the test strings of ``length``
+    (`test_pairs`): the share of strings whose output is exactly the target and its ``<eos>``, the share of all answer
+    positions right, and the share right before each string's first wrong position (where outputs lose their way)."""
+    model.eval()
+    pairs = test_pairs(task, length, arguments)
+    correct, right_positions, prefix_positions, positions = 0, 0, 0, 0
+    for _, answers, outputs in decode_pairs(model, pairs, arguments):
+        exact, right, prefix = score(outputs, answers)
         correct, right_positions, prefix_positions = (
             correct + exact,
             right_positions + right,
             prefix_positions + prefix,
         )
         positions += answers.numel()
-    return correct / count, right_positions / positions, prefix_positions / positions
+    return correct / len(pairs), right_positions / positions, prefix_positions / positions
 
 
 def learned_attention(model) -> dict:
