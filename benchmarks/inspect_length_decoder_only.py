@@ -63,7 +63,8 @@ def load_run(run: Path, fail) -> tuple[str, argparse.Namespace, AdaptiveEntmaxMa
         )
     if not kept.is_dir():
         fail(f"{kept} does not exist: the run was trained without --save_models, so there is no model to look into")
-    task = run.resolve().parents[2].name
+    folders = run.resolve().parts
+    task = folders[-4] if len(folders) >= 4 else ""
     if task not in bench.TASKS:
         fail(f"{run} is not in a task's folder ({task!r} is not one of {', '.join(bench.TASKS)})")
     try:
