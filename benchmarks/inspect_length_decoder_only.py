@@ -102,7 +102,7 @@ def head_labels(model: AdaptiveEntmaxMarianForCausalLM) -> list[list[str]]:
 def heads_table(model, pairs: list, labels: list[list[str]]) -> list[str]:
     """The heads table (see the module's docstring) on ``pairs``, read one string at a time (a string's attention
     weights, layers × heads × its length², are the memory this needs)."""
-    sums = collections.defaultdict(lambda: torch.zeros(5, dtype=torch.float64))
+    sums = torch.zeros(len(labels), len(labels[0]), 5, dtype=torch.float64)  # (layers, heads, figures)
     positions = 0
     for source, target in pairs:
         batch = bench.training_batch([(source, target)])
@@ -114,32 +114,32 @@ def heads_table(model, pairs: list, labels: list[list[str]]) -> list[str]:
         in_source = torch.zeros(len(ids), dtype=torch.bool)
         in_source[1 : len(source) + 1] = True
         in_answer = torch.arange(len(ids)) > first
+        source_next = (in_source & (ids[None, :] == to_write[:, None])).double()  # (queries, keys)
+        answer_last = (in_answer & (ids[None, :] == written[:, None])).double()
         for layer, weights in enumerate(output.attentions):
             rows = weights[0, :, queries].cpu().double()  # (heads, queries, keys)
-            source_next = (in_source & (ids[None, :] == to_write[:, None])).double()  # (queries, keys)
-            answer_last = (in_answer & (ids[None, :] == written[:, None])).double()
-            for head, row in enumerate(rows):
-                sums[layer, head] += torch.stack(
-                    [
-                        (row > 0).sum(dim=-1).double().sum(),
-                        (queries + 1).double().sum(),  # keys a query sees under the causal mask
-                        row[:, 0].sum(),
-                        (row * source_next).sum(),
-                        (row * answer_last).sum(),
-                    ]
-                )
+            sums[layer] += torch.stack(
+                [
+                    (rows > 0).sum(dim=(1, 2)).double(),
+                    (queries + 1).double().sum().expand(len(rows)),  # keys a query sees under the causal mask
+                    rows[:, :, 0].sum(dim=1),
+                    (rows * source_next).sum(dim=(1, 2)),
+                    (rows * answer_last).sum(dim=(1, 2)),
+                ],
+                dim=1,
+            )
         positions += len(queries)
     lines = [
         "| layer | head | position | keys kept | keys seen | `<bos>` | next symbol in source "
         "| last symbol in answer |",
         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for (layer, head), total in sums.items():
-        kept, seen, bos, source_next, answer_last = (total / positions).tolist()
-        lines.append(
-            f"| {layer} | {head} | {labels[layer][head]} | {kept:.1f} | {seen:.0f} | {bos:.1%} | {source_next:.1%} "
-            f"| {answer_last:.1%} |"
-        )
+    for layer, figures in enumerate((sums / positions).tolist()):
+        for head, (kept, seen, bos, source_next, answer_last) in enumerate(figures):
+            lines.append(
+                f"| {layer} | {head} | {labels[layer][head]} | {kept:.1f} | {seen:.0f} | {bos:.1%} "
+                f"| {source_next:.1%} | {answer_last:.1%} |"
+            )
     return lines
 
 
