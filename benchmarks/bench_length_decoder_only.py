@@ -4,8 +4,8 @@ MQMTAR and flip-flop, softmax vs SSMax vs 1.5-entmax vs adaptive α-entmax vs AS
     python benchmarks/bench_length_decoder_only.py [--tasks copy reverse sort mqmtar] [--positions nape rope]
         [--variants softmax ssmax entmax15 adaptive adaptive_matched asentmax asentmax_per_token] [--seeds 0 1 2]
         [--steps 2000] [--train_min_length 32 --train_max_length 64] [--test_multiples 1 2 4 8 16 64]
-        [--filler_max 0] [--layer_style marian] [--attention_scaling_projection_bias] [--save_models]
-        [--markdown docs/benchmarks.md]
+        [--filler_max 0] [--layer_style marian] [--attention_scaling_projection_bias]
+        [--select_multiple 8] [--save_models] [--markdown docs/benchmarks.md]
 
 The setting of the reference code (github deep-spin/asentmax, ``synthetic/``): one sequence
 ``<bos> source <sep> target <eos>`` per example, a causal `AdaptiveEntmaxMarianForCausalLM` trained with the loss on
@@ -61,6 +61,13 @@ trains the same number of steps with the same optimiser: the `from-scratch` reci
 shape, a linear warm-up over ``--warmup`` of the steps then cosine decay to 0. No dropout. The test strings are the
 same for every variant and seed.
 
+Checkpoints. By default a run keeps its last weights. ``--select_multiple M`` chooses them as the reference does (its
+copy runs keep the checkpoint with the best exact match on validation strings 8× the longest training string, its sort
+runs the best BLEU at 4×): every ``--select_every`` steps (a tenth of the steps by default) and after the last, greedy
+decoding of ``--select_strings`` validation strings of M × ``--train_max_length`` symbols (drawn from a seed of their
+own, never the test's) scores the model by exact match, then by the share of positions right, and the run ends with
+the best weights; its result says which step they are from and holds the validation scores by step.
+
 Budget. The default model (d_model 64, 2 layers, 4 heads, FFN 4×) and budget (2,000 steps × 32 strings) are sized
 for a 2-core CPU, a few minutes per run (each run logs its steps per second and its seconds of training and testing);
 the reference trains larger models for ~150k steps × 128 on a GPU. Copy, reverse and MQMTAR need a head that finds
@@ -103,6 +110,7 @@ from hf_entmax.modeling.configuration_adaptive_entmax_marian import LAYER_STYLES
 # The model's special tokens; a task's own tokens (0, 1, …) are shifted by FIRST_SYMBOL.
 PAD, BOS, SEP, EOS, FIRST_SYMBOL = 0, 1, 2, 3, 4
 TABLE = "length-decoder-only"
+VALIDATION_SEED = 4321  # of the strings a checkpoint is chosen on; --test_seed is another
 
 # MQMTAR's tokens, as the reference's generator numbers them: space, key–value separator, query mark, then letters.
 SPACE, KEY_VALUE_SEPARATOR, QUERY, FIRST_LETTER = 0, 1, 2, 3
@@ -396,7 +404,9 @@ def training_lengths(arguments: argparse.Namespace, generator: torch.Generator) 
 
 def train(model, task: str, arguments: argparse.Namespace, seed: int, label: str, log) -> dict:
     """Train for ``--steps`` steps (AdamW with the from-scratch recipe's settings, warm-up then cosine); return the
-    mean loss of the last 10% of steps and the steps per second."""
+    mean loss of the last 10% of steps and the steps per second. With ``--select_multiple`` the model ends with the
+    weights that scored best on the validation strings of that multiple (`validation_pairs`), checked every
+    ``--select_every`` steps and after the last."""
     optimizer = length_runs.recipe_optimizer(model, arguments.learning_rate)
     schedule = get_cosine_schedule_with_warmup(
         optimizer, num_warmup_steps=math.ceil(arguments.warmup * arguments.steps), num_training_steps=arguments.steps
@@ -409,7 +419,20 @@ def train(model, task: str, arguments: argparse.Namespace, seed: int, label: str
             pairs = with_fillers(pairs, arguments, filler_token(task, arguments), data)
         return {name: tensor.to(model.device) for name, tensor in training_batch(pairs).items()}
 
-    return length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log)
+    if not arguments.select_multiple:
+        return length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log)
+    pairs = validation_pairs(task, arguments.select_multiple * arguments.train_max_length, arguments)
+    return length_runs.train_steps(
+        model,
+        optimizer,
+        schedule,
+        next_batch,
+        arguments,
+        label,
+        log,
+        validate=lambda: pair_accuracy(model, pairs, arguments)[:2],
+        validate_every=select_every(arguments),
+    )
 
 
 def test_pairs(task: str, length: int, arguments: argparse.Namespace) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -417,6 +440,19 @@ def test_pairs(task: str, length: int, arguments: argparse.Namespace) -> list[tu
     that every variant and seed gets the same ones."""
     data = torch.Generator().manual_seed(arguments.test_seed * 100_003 + length)
     return samples(task, [length] * length_runs.test_count(length, arguments), arguments, data)
+
+
+def validation_pairs(task: str, length: int, arguments: argparse.Namespace) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``--select_strings`` strings of ``length`` to choose a checkpoint on: drawn from ``VALIDATION_SEED`` as the
+    test strings are from ``--test_seed`` (which may not equal it), so that no test string is chosen on."""
+    data = torch.Generator().manual_seed(VALIDATION_SEED * 100_003 + length)
+    return samples(task, [length] * arguments.select_strings, arguments, data)
+
+
+def select_every(arguments: argparse.Namespace) -> int:
+    """Steps between validations: ``--select_every``, or a tenth of the steps (the reference's copy runs validate
+    every tenth of an epoch)."""
+    return arguments.select_every or max(1, arguments.steps // 10)
 
 
 def decode_pairs(
@@ -431,12 +467,13 @@ def decode_pairs(
         yield prompts, answers, outputs.cpu()
 
 
-def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) -> tuple[float, float, float]:
-    """``(exact match, symbol accuracy, right prefix)`` of greedy decoding on the test strings of ``length``
-    (`test_pairs`): the share of strings whose output is exactly the target and its ``<eos>``, the share of all answer
-    positions right, and the share right before each string's first wrong position (where outputs lose their way)."""
+def pair_accuracy(
+    model, pairs: list[tuple[torch.Tensor, torch.Tensor]], arguments: argparse.Namespace
+) -> tuple[float, float, float]:
+    """``(exact match, symbol accuracy, right prefix)`` of greedy decoding on ``pairs`` (of one length): the share of
+    strings whose output is exactly the target and its ``<eos>``, the share of all answer positions right, and the
+    share right before each string's first wrong position (where outputs lose their way)."""
     model.eval()
-    pairs = test_pairs(task, length, arguments)
     correct, right_positions, prefix_positions, positions = 0, 0, 0, 0
     for _, answers, outputs in decode_pairs(model, pairs, arguments):
         exact, right, prefix = score(outputs, answers)
@@ -447,6 +484,11 @@ def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) 
         )
         positions += answers.numel()
     return correct / len(pairs), right_positions / positions, prefix_positions / positions
+
+
+def test_accuracy(model, task: str, length: int, arguments: argparse.Namespace) -> tuple[float, float, float]:
+    """`pair_accuracy` on the test strings of ``length`` (`test_pairs`)."""
+    return pair_accuracy(model, test_pairs(task, length, arguments), arguments)
 
 
 def learned_attention(model) -> dict:
@@ -490,15 +532,25 @@ SETTINGS = (
 
 
 def run_settings(variant: str, arguments: argparse.Namespace) -> dict:
-    """What a run's result depends on: the settings above, ``--filler_max`` and ``--layer_style`` where they are used
-    and the variant's config overrides. (Without them the settings are those of the runs measured before the options
-    existed, which stay readable.)"""
+    """What a run's result depends on: the settings above, ``--filler_max``, ``--layer_style`` and the checkpoint
+    selection where they are used, and the variant's config overrides. (Without them the settings are those of the
+    runs measured before the options existed, which stay readable.)"""
     fillers = {"filler_max": arguments.filler_max} if arguments.filler_max else {}
     style = {"layer_settings": layer_config(arguments)} if layer_config(arguments) else {}
+    selection = (
+        {
+            "select_multiple": arguments.select_multiple,
+            "select_every": select_every(arguments),
+            "select_strings": arguments.select_strings,
+        }
+        if arguments.select_multiple
+        else {}
+    )
     return {
         **{name: getattr(arguments, name) for name in SETTINGS},
         **fillers,
         **style,
+        **selection,
         "variant": variant_config(variant, arguments),
     }
 
@@ -545,6 +597,14 @@ def table(results: dict, arguments: argparse.Namespace) -> str:
         + (
             f" Each training source starts after 0–{arguments.filler_max} filler tokens (test sources after none)."
             if arguments.filler_max
+            else ""
+        )
+        + (
+            f" Each model is the checkpoint (every {select_every(arguments)} steps and the last) with the best exact"
+            f" match on {arguments.select_strings} validation strings of"
+            f" {arguments.select_multiple * arguments.train_max_length} symbols ({arguments.select_multiple}×), as the"
+            " reference chooses its checkpoints."
+            if arguments.select_multiple
             else ""
         ),
     ]
@@ -593,6 +653,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--test_seed", type=int, default=1234)
     add("--eval_tokens", type=int, default=32768, help="prompt tokens per decoding batch")
     add("--prefill_chunk", type=int, default=1024, help="prompt tokens read into the cache at once")
+    add(
+        "--select_multiple",
+        type=int,
+        default=0,
+        help="keep the checkpoint with the best validation exact match at this multiple of the longest training "
+        "string (the reference: 8 for copy, 4 for sort); 0, the default, keeps the last",
+    )
+    add("--select_every", type=int, default=0, help="steps between validations (0: a tenth of the steps)")
+    add("--select_strings", type=int, default=32, help="validation strings to choose the checkpoint on")
     add("--log_every", type=int, default=250)
     add_threads_option(parser)
     length_runs.add_save_models_option(parser)
@@ -607,7 +676,16 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     arguments = parser.parse_args(argv)
     positive = ("train_min_length", "symbols", "mqmtar_alphabet", "mqmtar_queries", "steps", "batch_size")
     positive += ("d_model", "layers", "heads", "test_strings", "min_test_strings", "eval_tokens", "prefill_chunk")
-    length_runs.check_positive(parser, arguments, (*positive, "log_every", "ffn_multiple", "test_tokens"))
+    positive += ("log_every", "ffn_multiple", "test_tokens", "select_strings")
+    length_runs.check_positive(parser, arguments, positive)
+    for name in ("select_multiple", "select_every"):
+        if getattr(arguments, name) < 0:
+            parser.error(f"--{name} must be 0 or more, got {getattr(arguments, name)}")
+    chosen = arguments.select_every or arguments.select_strings != parser.get_default("select_strings")
+    if chosen and not arguments.select_multiple:
+        parser.error("--select_every and --select_strings choose a checkpoint: give --select_multiple too")
+    if arguments.select_multiple and arguments.test_seed == VALIDATION_SEED:
+        parser.error(f"--test_seed {VALIDATION_SEED} would test on the validation strings; choose another")
     if arguments.train_max_length < arguments.train_min_length:
         parser.error(
             f"--train_max_length ({arguments.train_max_length}) is below --train_min_length "

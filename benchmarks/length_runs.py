@@ -87,12 +87,22 @@ def train_steps(
     arguments: argparse.Namespace,
     label: str,
     log: Log,
+    validate: Callable[[], tuple[float, float]] | None = None,
+    validate_every: int = 0,
 ) -> dict:
     """``--steps`` steps on the batches of ``next_batch()`` (the model's keyword arguments, ``labels`` included),
     each clipped to the recipe's gradient norm and followed by a step of ``schedule``. Stops the benchmark if the loss
-    is not finite. Returns ``{"final training loss": mean loss of the last 10% of steps, "steps per second": …}``."""
+    is not finite. Returns ``{"final training loss": mean loss of the last 10% of steps, "steps per second": …}``.
+
+    With ``validate``, every ``validate_every`` steps and after the last one the model is scored by ``validate()``
+    (``(exact match, symbol accuracy)``, compared in that order) and the best-scoring weights, the earliest of equals,
+    are the ones the model ends with, as a checkpoint chosen on validation data; the result then also holds
+    ``"selected step"``, the scores by step (``"validation"``) and the seconds they took, which the steps per second
+    leave out."""
     steps = arguments.steps
     last_losses = []
+    best_score, best_step, best_weights, history = None, 0, None, []
+    validation_seconds = 0.0
     model.train()
     started = time.perf_counter()
     for step in range(1, steps + 1):
@@ -107,10 +117,29 @@ def train_steps(
         if step > steps * 0.9:
             last_losses.append(loss.item())
         if step % arguments.log_every == 0 or step == steps:
-            rate = step / (time.perf_counter() - started)
+            rate = step / (time.perf_counter() - started - validation_seconds)
             log(f"  step {step}/{steps}: loss {loss.item():.4f} ({rate:.1f} steps/s)")
-    seconds = time.perf_counter() - started
-    return {"final training loss": statistics.mean(last_losses), "steps per second": round(steps / seconds, 2)}
+        if validate is not None and (step % validate_every == 0 or step == steps):
+            began = time.perf_counter()
+            score = validate()
+            model.train()
+            validation_seconds += time.perf_counter() - began
+            history.append([step, *score])
+            log(f"  step {step}: validation exact match {score[0]:.3f}, symbol accuracy {score[1]:.3f}")
+            if best_score is None or score > best_score:
+                best_score, best_step = score, step
+                best_weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    seconds = time.perf_counter() - started - validation_seconds
+    figures = {"final training loss": statistics.mean(last_losses), "steps per second": round(steps / seconds, 2)}
+    if best_weights is not None:
+        model.load_state_dict(best_weights)
+        log(f"  selected the weights of step {best_step} (validation exact match {best_score[0]:.3f})")
+        figures |= {
+            "selected step": best_step,
+            "validation": history,
+            "validation seconds": round(validation_seconds, 1),
+        }
+    return figures
 
 
 def test_count(length: int, arguments: argparse.Namespace) -> int:

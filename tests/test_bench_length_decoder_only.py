@@ -418,3 +418,79 @@ def test_a_kept_model_tested_on_other_strings_replaces_the_result(finished_run, 
     assert {**again, "test seconds": None} == {**finished_run.before, "test seconds": None}
     with pytest.raises(SystemExit, match=r"tested on other strings .*, and its model was not kept \(--save_models\)"):
         bench.main([*finished_run.unsaved, "--test_seed", "7"])
+
+
+def test_training_ends_with_the_best_validated_weights_the_earliest_of_equals(arguments):
+    model = tiny_model(arguments)
+    arguments.steps, arguments.log_every = 7, 100
+    scores = iter([(0.25, 0.9), (0.5, 0.1), (0.5, 0.1), (0.5, 0.05)])  # at steps 2, 4, 6 and the last, 7
+    snapshots = []
+
+    def validate():
+        model.eval()  # as decoding does; training must go on in training mode
+        snapshots.append({name: tensor.clone() for name, tensor in model.state_dict().items()})
+        return next(scores)
+
+    pairs = bench.samples("copy", [8] * 4, arguments, generator())
+    batch = bench.training_batch(pairs)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    figures = bench.length_runs.train_steps(
+        model, optimizer, schedule, lambda: batch, arguments, "t", print, validate, validate_every=2
+    )
+    assert figures["selected step"] == 4 and [row[0] for row in figures["validation"]] == [2, 4, 6, 7]
+    assert figures["validation"][1] == [4, 0.5, 0.1] and figures["validation seconds"] >= 0
+    weights = model.state_dict()
+    assert all(torch.equal(weights[name], snapshots[1][name]) for name in weights)
+    assert not all(torch.equal(weights[name], snapshots[3][name]) for name in weights)  # not the last
+    assert model.training
+
+
+def test_validation_strings_are_fixed_and_never_the_test_strings(arguments):
+    arguments = bench.parse_arguments([*TINY, "--select_multiple", "2", "--select_strings", "5"])
+    validation = bench.validation_pairs("copy", 24, arguments)
+    assert len(validation) == 5 and all(len(source) == 24 for source, _ in validation)
+    again = bench.validation_pairs("copy", 24, arguments)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(validation, again, strict=True))
+    tests = {tuple(source.tolist()) for source, _ in bench.test_pairs("copy", 24, arguments)}
+    assert not tests & {tuple(source.tolist()) for source, _ in validation}
+    assert bench.select_every(arguments) == 1  # a tenth of 3 steps, at least 1
+    assert bench.run_settings("softmax", arguments)["select_multiple"] == 2
+    assert "select_multiple" not in bench.run_settings("softmax", bench.parse_arguments(TINY))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--select_every", "5"], "give --select_multiple too"),
+        (["--select_strings", "8"], "give --select_multiple too"),
+        (["--select_multiple", "-1"], "--select_multiple must be 0 or more"),
+        (["--select_multiple", "2", "--select_strings", "0"], "--select_strings must be a positive integer"),
+        (["--select_multiple", "2", "--test_seed", str(bench.VALIDATION_SEED)], "would test on the validation"),
+    ],
+)
+def test_the_command_line_refuses_a_checkpoint_selection_it_would_ignore(options, message, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_arguments([*TINY, *options])
+    assert message in capsys.readouterr().err
+
+
+def test_a_run_keeps_and_saves_the_checkpoint_it_chose_and_says_so(tmp_path, capsys):
+    output_dir = tmp_path / "out"
+    document = tmp_path / "benchmarks.md"
+    document.write_text("<!-- table:length-decoder-only -->\n<!-- /table:length-decoder-only -->\n")
+    selection = ["--select_multiple", "2", "--select_every", "1", "--select_strings", "3"]
+    command = [*TINY, "--output_dir", str(output_dir), "--tasks", "copy", "--positions", "nape", *selection]
+    bench.main([*command, "--variants", "softmax", "--seeds", "0", "--save_models", "--markdown", str(document)])
+    folder = output_dir / "copy" / "nape" / "softmax" / "seed0"
+    result = json.loads((folder / "result.json").read_text())
+    assert [row[0] for row in result["validation"]] == [1, 2, 3]
+    assert result["settings"]["select_every"] == 1 and result["settings"]["select_strings"] == 3
+    best = max((row[1], row[2]) for row in result["validation"])
+    first_best = next(row[0] for row in result["validation"] if (row[1], row[2]) == best)
+    assert result["selected step"] == first_best
+    model = bench.AdaptiveEntmaxMarianForCausalLM.from_pretrained(folder / "model")
+    arguments = bench.parse_arguments([*TINY, *selection])
+    assert bench.pair_accuracy(model, bench.validation_pairs("copy", 24, arguments), arguments)[:2] == best
+    assert "best exact match on 3 validation strings of 24 symbols (2×)" in document.read_text()
+    assert f"selected the weights of step {first_best}" in capsys.readouterr().out
