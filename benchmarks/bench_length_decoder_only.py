@@ -419,20 +419,15 @@ def train(model, task: str, arguments: argparse.Namespace, seed: int, label: str
             pairs = with_fillers(pairs, arguments, filler_token(task, arguments), data)
         return {name: tensor.to(model.device) for name, tensor in training_batch(pairs).items()}
 
-    if not arguments.select_multiple:
-        return length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log)
-    pairs = validation_pairs(task, arguments.select_multiple * arguments.train_max_length, arguments)
-    return length_runs.train_steps(
-        model,
-        optimizer,
-        schedule,
-        next_batch,
-        arguments,
-        label,
-        log,
-        validate=lambda: pair_accuracy(model, pairs, arguments)[:2],
-        validate_every=select_every(arguments),
-    )
+    validate = None
+    if arguments.select_multiple:
+        validation = validation_pairs(task, arguments.select_multiple * arguments.train_max_length, arguments)
+
+        def validate() -> tuple[float, float]:
+            return pair_accuracy(model, validation, arguments)[:2]
+
+    every = select_every(arguments)
+    return length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log, validate, every)
 
 
 def test_pairs(task: str, length: int, arguments: argparse.Namespace) -> list[tuple[torch.Tensor, torch.Tensor]]:
