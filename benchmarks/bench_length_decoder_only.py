@@ -63,10 +63,11 @@ same for every variant and seed.
 
 Checkpoints. By default a run keeps its last weights. ``--select_multiple M`` chooses them as the reference does (its
 copy runs keep the checkpoint with the best exact match on validation strings 8× the longest training string, its sort
-runs the best BLEU at 4×, reading its monitored validation sets as lengths 64, 128, 256, 512): every ``--select_every`` steps (a tenth of the steps by default) and after the last, greedy
-decoding of ``--select_strings`` validation strings of M × ``--train_max_length`` symbols (drawn from a seed of their
-own, never the test's) scores the model by exact match, then by the share of positions right, and the run ends with
-the best weights; its result says which step they are from and holds the validation scores by step.
+runs the best BLEU at 4×, reading its monitored validation sets as lengths 64, 128, 256, 512): every ``--select_every``
+steps (a tenth of the steps by default) and after the last, greedy decoding of ``--select_strings`` validation strings
+of M × ``--train_max_length`` symbols (drawn from a seed of their own, never the test's) scores the model by exact
+match, then by the share of positions right, and the run ends with the best weights; its result says which step they
+are from and holds the validation scores by step.
 
 Budget. The default model (d_model 64, 2 layers, 4 heads, FFN 4×) and budget (2,000 steps × 32 strings) are sized
 for a 2-core CPU, a few minutes per run (each run logs its steps per second and its seconds of training and testing);
