@@ -446,7 +446,7 @@ def test_training_ends_with_the_best_validated_weights_the_earliest_of_equals(ar
     assert model.training
 
 
-def test_validation_strings_are_fixed_and_never_the_test_strings(arguments):
+def test_validation_strings_are_fixed_and_never_the_test_strings():
     arguments = bench.parse_arguments([*TINY, "--select_multiple", "2", "--select_strings", "5"])
     validation = bench.validation_pairs("copy", 24, arguments)
     assert len(validation) == 5 and all(len(source) == 24 for source, _ in validation)
