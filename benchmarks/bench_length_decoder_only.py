@@ -5,7 +5,7 @@ MQMTAR and flip-flop, softmax vs SSMax vs 1.5-entmax vs adaptive α-entmax vs AS
         [--variants softmax ssmax entmax15 adaptive adaptive_matched asentmax asentmax_per_token] [--seeds 0 1 2]
         [--steps 2000] [--train_min_length 32 --train_max_length 64] [--test_multiples 1 2 4 8 16 64]
         [--filler_max 0] [--layer_style marian] [--attention_scaling_projection_bias]
-        [--select_multiple 8] [--save_models] [--markdown docs/benchmarks.md]
+        [--select_multiple 8] [--save_models] [--checkpoint_every 500] [--markdown docs/benchmarks.md]
 
 The setting of the reference code (github deep-spin/asentmax, ``synthetic/``): one sequence
 ``<bos> source <sep> target <eos>`` per example, a causal `AdaptiveEntmaxMarianForCausalLM` trained with the loss on
@@ -84,12 +84,17 @@ string of a batch has written ``<eos>``. Our own loop, rather than `generate`, i
 decodes as fast as `generate` and gives the same tokens (tests/test_bench_length_decoder_only.py).
 
 Runs already finished in --output_dir are read, not repeated (their settings must match, the test's aside; another
---output_dir otherwise). ``--save_models`` also keeps each model it trains in its run folder's ``model/``
-(`AutoModelForCausalLM` loads it), to look at its outputs and attention later without training it again, and to test
-it again: a finished run is tested on its kept model at the ``--test_multiples`` it was not tested at, and its result
-extended; with other test strings (``--test_strings``, ``--min_test_strings``, ``--test_tokens``, ``--test_seed``)
-it is tested again at every length asked for, and its result replaced. ``--markdown docs/benchmarks.md`` writes the
-table between the markers ``table:length-decoder-only``.
+--output_dir otherwise). Runs longer than a sitting can be stopped and resumed: every ``--checkpoint_every`` steps (500
+by default; 0 for none) and after its last step a run saves its model, optimiser, schedule, data stream, random state
+and validation scores in its run folder (``checkpoint.pt``, written whole or not at all, deleted once the run's result
+is written); stopped (Ctrl-C, which says which step it will resume from, or the machine's end), the same command goes
+on from there, and ends with the weights and figures a run that never stopped would have (bit for bit on the same
+machine and ``--threads``; the times aside). ``--save_models`` also keeps each model it trains in its run folder's
+``model/`` (`AutoModelForCausalLM` loads it), to look at its outputs and attention later without training it again, and
+to test it again: a finished run is tested on its kept model at the ``--test_multiples`` it was not tested at, and its
+result extended; with other test strings (``--test_strings``, ``--min_test_strings``, ``--test_tokens``,
+``--test_seed``) it is tested again at every length asked for, and its result replaced. ``--markdown
+docs/benchmarks.md`` writes the table between the markers ``table:length-decoder-only``.
 """
 
 import argparse
@@ -100,7 +105,7 @@ from pathlib import Path
 
 import length_runs
 import torch
-from runs import add_threads_option
+from runs import add_threads_option, stop_in_one_line
 from transformers import get_cosine_schedule_with_warmup
 
 from hf_entmax import AdaptiveEntmaxMarianConfig, AdaptiveEntmaxMarianForCausalLM
@@ -403,11 +408,13 @@ def training_lengths(arguments: argparse.Namespace, generator: torch.Generator) 
     return torch.randint(*bounds, (arguments.batch_size,), generator=generator).tolist()
 
 
-def train(model, task: str, arguments: argparse.Namespace, seed: int, label: str, log) -> dict:
-    """Train for ``--steps`` steps (AdamW with the from-scratch recipe's settings, warm-up then cosine); return the
-    mean loss of the last 10% of steps and the steps per second. With ``--select_multiple`` the model ends with the
-    weights that scored best on the validation strings of that multiple (`validation_pairs`), checked every
-    ``--select_every`` steps and after the last."""
+def train(
+    model, task: str, arguments: argparse.Namespace, seed: int, label: str, log, checkpoint: length_runs.Checkpoint
+) -> dict:
+    """Train for ``--steps`` steps (AdamW with the from-scratch recipe's settings, warm-up then cosine), going on from
+    ``checkpoint`` if a stopped run left one; return the mean loss of the last 10% of steps and the steps per second.
+    With ``--select_multiple`` the model ends with the weights that scored best on the validation strings of that
+    multiple (`validation_pairs`), checked every ``--select_every`` steps and after the last."""
     optimizer = length_runs.recipe_optimizer(model, arguments.learning_rate)
     schedule = get_cosine_schedule_with_warmup(
         optimizer, num_warmup_steps=math.ceil(arguments.warmup * arguments.steps), num_training_steps=arguments.steps
@@ -428,7 +435,9 @@ def train(model, task: str, arguments: argparse.Namespace, seed: int, label: str
             return pair_accuracy(model, validation, arguments)[:2]
 
     every = select_every(arguments)
-    return length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log, validate, every)
+    return length_runs.train_steps(
+        model, optimizer, schedule, next_batch, arguments, label, log, validate, every, checkpoint, data
+    )
 
 
 def test_pairs(task: str, length: int, arguments: argparse.Namespace) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -561,7 +570,7 @@ def run_one(task: str, positions: str, variant: str, seed: int, arguments: argpa
         arguments,
         log,
         build=lambda: build_model(task, positions, variant, arguments, seed),
-        train=lambda model: train(model, task, arguments, seed, label, log),
+        train=lambda model, checkpoint: train(model, task, arguments, seed, label, log, checkpoint),
         accuracy=lambda model, length: test_accuracy(model, task, length, arguments),
         learned=learned_attention,
         train_length=arguments.train_max_length,
@@ -661,6 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log_every", type=int, default=250)
     add_threads_option(parser)
     length_runs.add_save_models_option(parser)
+    length_runs.add_checkpoint_option(parser)
     add("--device", default="cpu", help="cpu, cuda or cuda:N (training and test)")
     add("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     return parser
@@ -711,4 +721,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    stop_in_one_line(main)

@@ -52,7 +52,9 @@ Long tests are costly (a 1,024-symbol string takes 1,025 decoding steps over 1,0
 128 at 8×, 64 at 16× and 32 at 64× (the table says how many). The accuracy's resolution is 1/count.
 
 Runs already finished in --output_dir are read, not repeated (their settings must match and they must have been
-tested at every --test_multiples; another --output_dir otherwise). ``--save_models`` also keeps each model it trains
+tested at every --test_multiples; another --output_dir otherwise); a run stopped while training (Ctrl-C, the
+machine's end) resumes from its last checkpoint when the same command runs again (``--checkpoint_every``, as in
+bench_length_decoder_only.py). ``--save_models`` also keeps each model it trains
 in its run folder's ``model/`` (`AutoModelForSeq2SeqLM` loads it), to look at its outputs and attention later
 without training it again. ``--markdown docs/benchmarks.md`` writes the table between the markers
 ``table:length-synthetic``, or, for runs of relative positions, ``table:length-synthetic-relative`` (self-attention
@@ -67,7 +69,7 @@ from pathlib import Path
 
 import length_runs
 import torch
-from runs import add_threads_option
+from runs import add_threads_option, stop_in_one_line
 from torch import nn
 from transformers import GenerationConfig, get_inverse_sqrt_schedule
 
@@ -197,9 +199,11 @@ def train(
     seed: int,
     label: str,
     log: length_runs.Log,
+    checkpoint: length_runs.Checkpoint,
 ) -> dict:
-    """Train with the `from-scratch` recipe (inverse square-root schedule) for ``--steps`` steps; return
-    ``{"final training loss": the mean loss of the last 10% of steps}``."""
+    """Train with the `from-scratch` recipe (inverse square-root schedule) for ``--steps`` steps, going on from
+    ``checkpoint`` if a stopped run left one; return ``{"final training loss": the mean loss of the last 10% of
+    steps}``."""
     optimizer = length_runs.recipe_optimizer(model, length_runs.RECIPE.settings["learning_rate"])
     schedule = get_inverse_sqrt_schedule(
         optimizer, num_warmup_steps=math.ceil(length_runs.RECIPE.settings["warmup_steps"] * arguments.steps)
@@ -221,7 +225,9 @@ def train(
             module.shift = offset if positions == "offset" else 0
         return batch
 
-    trained = length_runs.train_steps(model, optimizer, schedule, next_batch, arguments, label, log)
+    trained = length_runs.train_steps(
+        model, optimizer, schedule, next_batch, arguments, label, log, checkpoint=checkpoint, data=data
+    )
     for module in shifted:
         module.shift = 0
     # This benchmark's results have never recorded the speed (the decoder-only one's do).
@@ -303,7 +309,7 @@ def run_one(task: str, positions: str, variant: str, seed: int, arguments: argpa
         arguments,
         log,
         build=lambda: build_model(variant, arguments, seed, positions),
-        train=lambda model: train(model, task, positions, arguments, seed, label, log),
+        train=lambda model, checkpoint: train(model, task, positions, arguments, seed, label, log, checkpoint),
         accuracy=lambda model, length: test_accuracy(model, task, length, arguments),
         learned=learned_attention,
         train_length=arguments.train_length,
@@ -364,6 +370,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log_every", type=int, default=500)
     add_threads_option(parser)
     length_runs.add_save_models_option(parser)
+    length_runs.add_checkpoint_option(parser)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (training and test)")
     parser.add_argument("--markdown", nargs="+", default=None, help="put the table into these Markdown files")
     arguments = parser.parse_args(argv)
@@ -381,4 +388,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    stop_in_one_line(main)

@@ -25,14 +25,12 @@ errors are those behind its table) and prints two Markdown tables:
 import argparse
 import collections
 import json
-import os
-import sys
 from pathlib import Path
 
 import bench_length_decoder_only as bench
 import length_runs
 import torch
-from runs import add_threads_option
+from runs import add_threads_option, stop_in_one_line
 
 from hf_entmax import AdaptiveEntmaxMarianForCausalLM
 from hf_entmax.modeling.modeling_adaptive_entmax_marian import AdaptiveEntmaxMarianAttention
@@ -213,9 +211,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        if os.environ.get("HF_ENTMAX_DEBUG") == "1":
-            raise
-        sys.exit("interrupted")
+    stop_in_one_line(main)

@@ -1,6 +1,7 @@
 """What the length-extrapolation benchmarks (bench_length_synthetic.py, bench_length_decoder_only.py) share: the
-command-line checks, the `from-scratch` recipe's optimiser and the training loop, the number of test strings per
-length, one run trained and tested or read back from its ``result.json``, the loop over all runs, and the table.
+command-line checks, the `from-scratch` recipe's optimiser and the training loop with its checkpoints (a stopped run
+resumes), the number of test strings per length, one run trained and tested or read back from its ``result.json``, the
+loop over all runs, and the table.
 
 Each benchmark keeps what is its own: its tasks and batches, its model, its schedule, its decoding, what it reports
 of the learned attention, and the table's footnote.
@@ -10,11 +11,13 @@ import argparse
 import json
 import math
 import os
+import pickle
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -30,6 +33,7 @@ from hf_entmax.training.trainer import is_alpha_parameter
 
 RECIPE = RECIPES["from-scratch"]
 Log = Callable[[str], None]
+CHECKPOINT_FILE = "checkpoint.pt"  # in a run folder while the run trains; gone once its result.json is written
 # One run (task, positions, variant, seed) trained and tested, or read back: its result.json as a dict.
 RunOne = Callable[[str, str, str, int, argparse.Namespace, Log], dict]
 
@@ -62,6 +66,74 @@ def add_save_models_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_checkpoint_option(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint_every N``: how often a run saves what it needs to resume after a stop."""
+
+    def steps(text: str) -> int:
+        if not text.isdigit():
+            raise argparse.ArgumentTypeError(f"a number of steps, 0 or more, got {text!r}")
+        return int(text)
+
+    parser.add_argument(
+        "--checkpoint_every",
+        type=steps,
+        default=500,
+        help="steps between the checkpoints a stopped run resumes from when the same command runs again (0: none)",
+    )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where `train_steps` keeps, every ``every`` steps (never if 0), what a stopped run needs to go on: the model,
+    optimiser, schedule, data stream and random state, and the loop's own figures. A run resumes only with the
+    ``settings`` it was started with."""
+
+    path: Path
+    every: int
+    settings: dict
+
+
+def partial_checkpoint(checkpoint: Checkpoint) -> Path:
+    """Where a checkpoint is written before it replaces the last one."""
+    return checkpoint.path.with_name(checkpoint.path.name + ".partial")
+
+
+def save_checkpoint(checkpoint: Checkpoint, state: dict) -> None:
+    """Write ``state`` whole or not at all: a stop while writing leaves the previous checkpoint in place."""
+    checkpoint.path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"settings": checkpoint.settings, **state}, partial_checkpoint(checkpoint))
+    os.replace(partial_checkpoint(checkpoint), checkpoint.path)
+
+
+def load_checkpoint(checkpoint: Checkpoint, device: torch.device) -> dict | None:
+    """The state `save_checkpoint` wrote, its tensors on ``device``; None if there is none. Stops the benchmark if it
+    cannot be read or was saved with other settings."""
+    if not checkpoint.path.exists():
+        return None
+    try:
+        state = torch.load(checkpoint.path, map_location=device, weights_only=True)
+    except (OSError, RuntimeError, pickle.UnpicklingError) as error:
+        sys.exit(f"{checkpoint.path}: not a checkpoint this benchmark can read ({error}); delete it to start over")
+    if without_test_settings(state["settings"]) != without_test_settings(checkpoint.settings):
+        sys.exit(
+            f"{checkpoint.path} was saved by a run with other settings ({state['settings']}); use another "
+            "--output_dir, or delete it to start over"
+        )
+    return state
+
+
+def random_state(device: torch.device) -> list[torch.Tensor]:
+    """torch's random state on the CPU and, training on a GPU, on ``device`` (what dropout draws from)."""
+    return [torch.get_rng_state()] + ([torch.cuda.get_rng_state(device)] if device.type == "cuda" else [])
+
+
+def set_random_state(state: list[torch.Tensor], device: torch.device) -> None:
+    """Restore what `random_state` returned."""
+    torch.set_rng_state(state[0].cpu())
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state[1].cpu(), device)
+
+
 def recipe_optimizer(model: nn.Module, learning_rate: float) -> torch.optim.AdamW:
     """AdamW with the `from-scratch` recipe's betas and weight decay at ``learning_rate``; α logits (where the model
     learns α) at the recipe's multiple of it, as `hf-entmax train` sets them."""
@@ -89,6 +161,8 @@ def train_steps(
     log: Log,
     validate: Callable[[], tuple[float, float]] | None = None,
     validate_every: int = 0,
+    checkpoint: Checkpoint | None = None,
+    data: torch.Generator | None = None,
 ) -> dict:
     """``--steps`` steps on the batches of ``next_batch()`` (the model's keyword arguments, ``labels`` included),
     each clipped to the recipe's gradient norm and followed by a step of ``schedule``. Stops the benchmark if the loss
@@ -98,46 +172,93 @@ def train_steps(
     (``(exact match, symbol accuracy)``, compared in that order) and the best-scoring weights, the earliest of equals,
     are the ones the model ends with, as a checkpoint chosen on validation data; the result then also holds
     ``"selected step"``, the scores by step (``"validation"``) and the seconds they took, which the steps per second
-    leave out."""
+    leave out.
+
+    With a ``checkpoint`` (and ``data``, the generator ``next_batch`` draws from), training starts from the one saved
+    there, if any, and saves one every ``checkpoint.every`` steps; a resumed run ends with the weights and figures of
+    one that never stopped. Ctrl-C raises KeyboardInterrupt with the step the same command would resume from."""
     steps = arguments.steps
-    last_losses = []
-    best_score, best_step, best_weights, history = None, 0, None, []
-    validation_seconds = 0.0
+    device = torch.device(arguments.device)
+    # What the loop carries from step to step, all of it in a checkpoint.
+    loop = {
+        "step": 0,
+        "last losses": [],
+        "best score": None,
+        "best step": 0,
+        "best weights": None,
+        "validation": [],
+        "seconds": 0.0,
+        "validation seconds": 0.0,
+    }
+    saved = load_checkpoint(checkpoint, device) if checkpoint is not None else None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        data.set_state(saved["data"].cpu())
+        set_random_state(saved["random"], device)
+        loop = saved["loop"]
+        log(f"  resuming from the checkpoint of step {loop['step']} ({checkpoint.path})")
+    saved_step = loop["step"] if saved is not None else None
     model.train()
-    started = time.perf_counter()
-    for step in range(1, steps + 1):
-        loss = model(**next_batch()).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), RECIPE.settings["max_grad_norm"])
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        if not math.isfinite(loss.item()):
-            sys.exit(f"{label}: the loss is {loss.item()} at step {step}")
-        if step > steps * 0.9:
-            last_losses.append(loss.item())
-        if step % arguments.log_every == 0 or step == steps:
-            rate = step / (time.perf_counter() - started - validation_seconds)
-            log(f"  step {step}/{steps}: loss {loss.item():.4f} ({rate:.1f} steps/s)")
-        if validate is not None and (step % validate_every == 0 or step == steps):
-            began = time.perf_counter()
-            score = validate()
-            model.train()
-            validation_seconds += time.perf_counter() - began
-            history.append([step, *score])
-            log(f"  step {step}: validation exact match {score[0]:.3f}, symbol accuracy {score[1]:.3f}")
-            if best_score is None or score > best_score:
-                best_score, best_step = score, step
-                best_weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-    seconds = time.perf_counter() - started - validation_seconds
-    figures = {"final training loss": statistics.mean(last_losses), "steps per second": round(steps / seconds, 2)}
-    if best_weights is not None:
-        model.load_state_dict(best_weights)
-        log(f"  selected the weights of step {best_step} (validation exact match {best_score[0]:.3f})")
+    started = time.perf_counter() - loop["seconds"]
+    try:
+        for step in range(loop["step"] + 1, steps + 1):
+            loss = model(**next_batch()).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), RECIPE.settings["max_grad_norm"])
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            if not math.isfinite(loss.item()):
+                sys.exit(f"{label}: the loss is {loss.item()} at step {step}")
+            if step > steps * 0.9:
+                loop["last losses"].append(loss.item())
+            if step % arguments.log_every == 0 or step == steps:
+                rate = step / (time.perf_counter() - started - loop["validation seconds"])
+                log(f"  step {step}/{steps}: loss {loss.item():.4f} ({rate:.1f} steps/s)")
+            if validate is not None and (step % validate_every == 0 or step == steps):
+                began = time.perf_counter()
+                score = validate()
+                model.train()
+                loop["validation seconds"] += time.perf_counter() - began
+                loop["validation"].append([step, *score])
+                log(f"  step {step}: validation exact match {score[0]:.3f}, symbol accuracy {score[1]:.3f}")
+                if loop["best score"] is None or list(score) > loop["best score"]:
+                    loop["best score"], loop["best step"] = list(score), step
+                    weights = model.state_dict().items()
+                    loop["best weights"] = {name: tensor.detach().clone() for name, tensor in weights}
+            loop["step"] = step
+            if checkpoint is not None and checkpoint.every and (step % checkpoint.every == 0 or step == steps):
+                loop["seconds"] = time.perf_counter() - started
+                save_checkpoint(
+                    checkpoint,
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "schedule": schedule.state_dict(),
+                        "data": data.get_state(),
+                        "random": random_state(device),
+                        "loop": loop,
+                    },
+                )
+                saved_step = step
+    except KeyboardInterrupt:
+        resumes = "the start" if saved_step is None else f"step {saved_step}"
+        stopped = f"{label}: stopped in step {loop['step'] + 1}; the same command resumes it from {resumes}"
+        raise KeyboardInterrupt(stopped) from None
+    seconds = time.perf_counter() - started - loop["validation seconds"]
+    figures = {
+        "final training loss": statistics.mean(loop["last losses"]),
+        "steps per second": round(steps / seconds, 2),
+    }
+    if loop["best weights"] is not None:
+        model.load_state_dict(loop["best weights"])
+        log(f"  selected the weights of step {loop['best step']} (validation exact match {loop['best score'][0]:.3f})")
         figures |= {
-            "selected step": best_step,
-            "validation": history,
-            "validation seconds": round(validation_seconds, 1),
+            "selected step": loop["best step"],
+            "validation": loop["validation"],
+            "validation seconds": round(loop["validation seconds"], 1),
         }
     return figures
 
@@ -189,14 +310,15 @@ def run_or_read(
     log: Log,
     *,
     build: Callable[[], nn.Module],
-    train: Callable[[nn.Module], dict],
+    train: Callable[[nn.Module, Checkpoint], dict],
     accuracy: Callable[[nn.Module, int], tuple[float, float, float]],
     learned: Callable[[nn.Module], dict],
     train_length: int,
     unit: str,
     load: Callable[[Path], nn.Module] | None = None,
 ) -> dict:
-    """One run: ``build()`` a model, ``train(model)`` it (its dict of training figures goes into the result), and
+    """One run: ``build()`` a model, ``train(model, checkpoint)`` it (its dict of training figures goes into the
+    result; the `Checkpoint` in the run folder, ``--checkpoint_every``, is where a stopped run resumes from), and
     measure ``accuracy(model, length)`` (exact match, share of ``unit`` right, share right before each string's first
     wrong one) at each ``--test_multiples`` × ``train_length``; its result is written to ``folder/result.json``, and
     with ``--save_models`` the model to ``folder/model``. A run that finished before is read from there instead, if
@@ -252,7 +374,8 @@ def run_or_read(
     log(f"{label}: training {arguments.steps} steps")
     model = build().to(arguments.device)
     started = time.perf_counter()
-    trained = train(model)
+    checkpoint = Checkpoint(folder / CHECKPOINT_FILE, arguments.checkpoint_every, settings)
+    trained = train(model, checkpoint)
     tested = time.perf_counter()
     measured = measure_lengths(model, arguments.test_multiples, accuracy, train_length, unit, arguments, log)
     result = {
@@ -269,6 +392,8 @@ def run_or_read(
     if arguments.save_models:  # before result.json, which marks the run finished
         model.save_pretrained(folder / "model")
     result_file.write_text(json.dumps(result, indent=1))
+    for path in (checkpoint.path, partial_checkpoint(checkpoint)):
+        path.unlink(missing_ok=True)
     return result
 
 

@@ -1,8 +1,10 @@
 """What the benchmarks share: running an `hf-entmax` command line with its output logged, reading what a run reached
-from its `training_summary.json`, the log of a benchmark, and the `--threads` option."""
+from its `training_summary.json`, the log of a benchmark, the `--threads` option, and the one line a benchmark ends
+with on Ctrl-C."""
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -18,6 +20,18 @@ from hf_entmax.cli import EXIT_INTERRUPTED
 MULTI30K_TEST = "test_2016_flickr"
 # The file names (before `.<language>`) of Multi30k's training, validation and test splits.
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": MULTI30K_TEST}
+
+
+def stop_in_one_line(main: Callable[[], None]) -> None:
+    """Run a benchmark's ``main()``; Ctrl-C ends it with one line, which says what the interruption left (its message,
+    where it has one), and exit code 130, as `hf-entmax` does. HF_ENTMAX_DEBUG=1 shows the traceback instead."""
+    try:
+        main()
+    except KeyboardInterrupt as stop:
+        if os.environ.get("HF_ENTMAX_DEBUG"):
+            raise
+        print(f"interrupted: {stop}" if str(stop) else "interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def add_threads_option(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from hf_entmax.cli import EXIT_INTERRUPTED
+
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -494,3 +496,84 @@ def test_a_run_keeps_and_saves_the_checkpoint_it_chose_and_says_so(tmp_path, cap
     assert bench.pair_accuracy(model, bench.validation_pairs("copy", 24, arguments), arguments)[:2] == best
     assert "best exact match on 3 validation strings of 24 symbols (2×)" in document.read_text()
     assert f"selected the weights of step {first_best}" in capsys.readouterr().out
+
+
+RESUMABLE = [
+    *TINY, "--steps", "7", "--checkpoint_every", "2", "--tasks", "copy", "--positions", "nape",
+    "--variants", "asentmax", "--seeds", "0", "--save_models",
+    "--select_multiple", "2", "--select_every", "3", "--select_strings", "3",
+]  # fmt: skip
+TIMINGS = ("steps per second", "training seconds", "test seconds", "validation seconds")
+
+
+def stop_at_step(monkeypatch, step: int) -> None:
+    """Ctrl-C while drawing the batch of ``step`` (a training batch draws its lengths first)."""
+    drawn = []
+    training_lengths = bench.training_lengths
+
+    def interrupted(arguments, generator):
+        drawn.append(1)
+        if len(drawn) == step:
+            raise KeyboardInterrupt
+        return training_lengths(arguments, generator)
+
+    monkeypatch.setattr(bench, "training_lengths", interrupted)
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint_and_ends_as_if_it_never_stopped(tmp_path, monkeypatch, capsys):
+    bench.main([*RESUMABLE, "--output_dir", str(tmp_path / "whole")])
+    command = [*RESUMABLE, "--output_dir", str(tmp_path / "stopped")]
+    folder = tmp_path / "stopped" / "copy" / "nape" / "asentmax" / "seed0"
+    with monkeypatch.context() as patch:
+        stop_at_step(patch, 6)
+        with pytest.raises(KeyboardInterrupt, match="stopped in step 6; the same command resumes it from step 4"):
+            bench.main(command)
+    assert (folder / bench.length_runs.CHECKPOINT_FILE).is_file() and not (folder / "result.json").exists()
+    with pytest.raises(SystemExit, match="saved by a run with other settings"):
+        bench.main([*command, "--steps", "8"])
+    partial = folder / f"{bench.length_runs.CHECKPOINT_FILE}.partial"
+    partial.write_bytes(b"cut short")  # as a stop while writing one leaves it
+    capsys.readouterr()
+    bench.main([*command, "--test_multiples", "1"])  # what the run is tested on is not what it learned
+    assert "resuming from the checkpoint of step 4" in capsys.readouterr().out
+    assert not list(folder.glob("checkpoint*"))  # gone once the result is written
+
+    whole_folder = tmp_path / "whole" / "copy" / "nape" / "asentmax" / "seed0"
+    whole, resumed = (json.loads((run / "result.json").read_text()) for run in (whole_folder, folder))
+    assert [row[0] for row in resumed["validation"]] == [3, 6, 7]
+    for name in ("final training loss", "selected step", "validation", "learned"):
+        assert resumed[name] == whole[name], name
+    assert resumed["exact match"]["1"] == whole["exact match"]["1"]
+    assert set(resumed) == set(whole) and all(resumed[name] >= 0 for name in TIMINGS)
+    load = bench.AdaptiveEntmaxMarianForCausalLM.from_pretrained
+    weights, resumed_weights = (load(run / "model").state_dict() for run in (whole_folder, folder))
+    assert all(torch.equal(weights[name], resumed_weights[name]) for name in weights)
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_over(tmp_path, monkeypatch):
+    command = [*RESUMABLE, "--output_dir", str(tmp_path), "--checkpoint_every", "0"]
+    stop_at_step(monkeypatch, 3)
+    with pytest.raises(KeyboardInterrupt, match="resumes it from the start"):
+        bench.main(command)
+    assert not list(tmp_path.rglob(bench.length_runs.CHECKPOINT_FILE))
+
+
+def test_ctrl_c_ends_a_benchmark_in_one_line(capsys, monkeypatch):
+    message = "copy / nape / softmax / seed 0: stopped in step 6; the same command resumes it from step 4"
+
+    def stopped():
+        raise KeyboardInterrupt(message)
+
+    monkeypatch.delenv("HF_ENTMAX_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        bench.stop_in_one_line(stopped)
+    assert exit_.value.code == EXIT_INTERRUPTED and capsys.readouterr().err == f"interrupted: {message}\n"
+    monkeypatch.setenv("HF_ENTMAX_DEBUG", "1")
+    with pytest.raises(KeyboardInterrupt):
+        bench.stop_in_one_line(stopped)
+
+
+def test_the_command_line_refuses_a_negative_checkpoint_interval(capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_arguments([*TINY, "--checkpoint_every", "-1"])
+    assert "--checkpoint_every: a number of steps, 0 or more, got '-1'" in capsys.readouterr().err

@@ -1,9 +1,10 @@
 """The encoder–decoder length benchmark (benchmarks/bench_length_synthetic.py) at tiny sizes: a run of relative
 positions writes its own table, beside (not over) the sinusoidal one, cross-attention positions a third, and a run
 of two kinds with --markdown is refused before anything trains; a finished run is read at the lengths it was tested
-at, not tested at new ones."""
+at, not tested at new ones; a stopped run resumes from its checkpoint."""
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -103,3 +104,27 @@ def test_a_finished_run_is_read_at_fewer_lengths_and_refused_at_new_ones(tmp_pat
         SystemExit, match=r"tested on other strings .*, and this benchmark tests runs as it trains them"
     ):
         bench.main([*command, "--test_seed", "7"])
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint_as_if_it_never_stopped(tmp_path, monkeypatch):
+    command = [*TINY, "--positions", "rope", "--steps", "5", "--checkpoint_every", "2"]
+    bench.main([*command, "--output_dir", str(tmp_path / "whole")])
+    drawn = []
+    make_batch = bench.make_batch
+
+    def interrupted(*batch_arguments):
+        drawn.append(1)
+        if len(drawn) == 4:
+            raise KeyboardInterrupt
+        return make_batch(*batch_arguments)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(bench, "make_batch", interrupted)
+        with pytest.raises(KeyboardInterrupt, match="stopped in step 4; the same command resumes it from step 2"):
+            bench.main([*command, "--output_dir", str(tmp_path / "stopped")])
+    bench.main([*command, "--output_dir", str(tmp_path / "stopped")])
+    whole, resumed = (
+        json.loads((tmp_path / run / "copy" / "rope" / "asentmax" / "seed0" / "result.json").read_text())
+        for run in ("whole", "stopped")
+    )
+    assert resumed["final training loss"] == whole["final training loss"] and resumed["learned"] == whole["learned"]
