@@ -51,15 +51,15 @@ Long tests are costly (a 1,024-symbol string takes 1,025 decoding steps over 1,0
 ``min(--test_strings, max(--min_test_strings, --test_tokens // length))`` strings: with the defaults 200 at 1×–4×,
 128 at 8×, 64 at 16× and 32 at 64× (the table says how many). The accuracy's resolution is 1/count.
 
-Runs already finished in --output_dir are read, not repeated (their settings must match and they must have been
-tested at every --test_multiples; another --output_dir otherwise); a run stopped while training (Ctrl-C, the
-machine's end) resumes from its last checkpoint when the same command runs again (``--checkpoint_every``, as in
-bench_length_decoder_only.py). ``--save_models`` also keeps each model it trains
-in its run folder's ``model/`` (`AutoModelForSeq2SeqLM` loads it), to look at its outputs and attention later
-without training it again. ``--markdown docs/benchmarks.md`` writes the table between the markers
-``table:length-synthetic``, or, for runs of relative positions, ``table:length-synthetic-relative`` (self-attention
-only) or ``table:length-synthetic-cross`` (`…-cross`, in cross-attention too): the three kinds of rows answer
-different questions and are run separately (a run of two kinds with ``--markdown`` is refused).
+Runs already finished in --output_dir are read, not repeated (their settings must match and they must have been tested
+at every --test_multiples; another --output_dir otherwise); a run stopped while training (Ctrl-C, the machine's end)
+resumes from its last checkpoint when the same command runs again (``--checkpoint_every``, as in
+bench_length_decoder_only.py). ``--save_models`` also keeps each model it trains in its run folder's ``model/``
+(`AutoModelForSeq2SeqLM` loads it), to look at its outputs and attention later without training it again. ``--markdown
+docs/benchmarks.md`` writes the table between the markers ``table:length-synthetic``, or, for runs of relative
+positions, ``table:length-synthetic-relative`` (self-attention only) or ``table:length-synthetic-cross`` (`…-cross`, in
+cross-attention too): the three kinds of rows answer different questions and are run separately (a run of two kinds
+with ``--markdown`` is refused).
 """
 
 import argparse
