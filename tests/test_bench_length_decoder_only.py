@@ -1,5 +1,6 @@
 """The decoder-only length benchmark (benchmarks/bench_length_decoder_only.py): its tasks, batches, decoding and
-scoring, the reuse of finished runs, and one tiny run end to end that writes its table between the markers.
+scoring, the reuse of finished runs, checkpoint choice, stopped runs resumed, and one tiny run end to end that writes
+its table between the markers.
 
 The task checks read the generated strings with rules restated here (sorted order, the key–value pairs found by
 scanning the source), not with the generators' own code."""
